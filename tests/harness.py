@@ -67,12 +67,8 @@ class ScriptedModel(FunctionModel):
         return {t.name for t in self.infos[k - 1].function_tools}
 
     def instructions(self, k: int) -> str:
-        """Everything the k-th request carried as instructions, static and per-request."""
-        info = self.infos[k - 1]
-        parts = [info.instructions or ""]
-        for part in getattr(info.model_request_parameters, "instruction_parts", None) or []:
-            parts.append(getattr(part, "content", str(part)))
-        return "\n".join(parts)
+        """The instructions of the k-th request, per-request notices included."""
+        return self.infos[k - 1].instructions or ""
 
 
 def call(tool: str, args: dict[str, Any] | None = None, call_id: str | None = None) -> ToolCallPart:

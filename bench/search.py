@@ -1,0 +1,159 @@
+"""Search latency of the SQLite corpus at 1k, 10k and 100k chunks.
+
+Corpora are synthetic but shaped like text: words follow a Zipf distribution whose most
+frequent ranks are real English stopwords, and queries are drawn from the same distribution
+(so, like questions, they contain stopwords that search drops). They are written through
+`capabilities.corpus.writer.write_document`, the path ingest uses, without making files.
+Every latency is one `SQLiteCorpus.search` call as an evidence capability makes it (thread
+hop, SQL, result models), measured from a warm cache.
+
+Run: `.venv/bin/python -m bench.search`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import random
+import statistics
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from capabilities.corpus import SQLiteCorpus
+from capabilities.corpus.query import STOPWORDS
+from capabilities.corpus.schema import open_writer
+from capabilities.corpus.writer import DocumentRecord, chunk_id_for, document_id_for, write_document
+from capabilities.store import Chunk, Document
+
+SIZES = (1_000, 10_000, 100_000)
+QUERIES = 200
+WARMUP_QUERIES = 20
+SEARCH_LIMIT = 5
+CHUNKS_PER_DOCUMENT = 100
+WORDS_PER_CHUNK = 110
+"""About 800 characters, the chunker's target size."""
+SYNTHETIC_WORDS = 20_000
+GOAL_P50_MS = 5.0
+"""Search p50 at 100k chunks; it binds the smaller corpora too."""
+SEED = 20_240_601
+_SYLLABLES = "ka lo mi ren tas vo quil bar den fi gor hu jin kel mar nos pel ru sol tim ul vek wan yor zed".split()
+
+
+def vocabulary(rng: random.Random) -> tuple[list[str], list[float]]:
+    """Words with cumulative Zipf weights: stopwords take the most frequent ranks."""
+    words = sorted(STOPWORDS)
+    seen = set(words)
+    while len(words) < len(STOPWORDS) + SYNTHETIC_WORDS:
+        word = "".join(rng.choices(_SYLLABLES, k=rng.randint(2, 4)))
+        if word not in seen:
+            seen.add(word)
+            words.append(word)
+    return words, list(itertools.accumulate(1.0 / rank for rank in range(1, len(words) + 1)))
+
+
+def build_corpus(
+    path: Path, n_chunks: int, words: Sequence[str], cum_weights: Sequence[float], rng: random.Random
+) -> None:
+    conn = open_writer(path)
+    try:
+        for first in range(0, n_chunks, CHUNKS_PER_DOCUMENT):
+            uri = f"bench://corpus/{first // CHUNKS_PER_DOCUMENT:05}"
+            document = Document(id=document_id_for(uri), uri=uri, title=f"Synthetic {first // CHUNKS_PER_DOCUMENT}")
+            chunks = []
+            for ordinal in range(min(CHUNKS_PER_DOCUMENT, n_chunks - first)):
+                content = " ".join(rng.choices(words, cum_weights=cum_weights, k=WORDS_PER_CHUNK))
+                heading = " ".join(rng.choices(words, cum_weights=cum_weights, k=3))
+                chunks.append(
+                    Chunk(
+                        id=chunk_id_for(uri, ordinal, f"{n_chunks}-{first}-{ordinal}"),
+                        document_id=document.id,
+                        ordinal=ordinal,
+                        content=content,
+                        headings=[document.title or "", heading],
+                        page_numbers=[ordinal // 4 + 1],
+                        labels=["text"],
+                    )
+                )
+            write_document(conn, DocumentRecord(document, chunks, [], content_hash=uri))
+    finally:
+        conn.close()
+
+
+def queries(words: Sequence[str], cum_weights: Sequence[float], rng: random.Random) -> list[str]:
+    return [" ".join(rng.choices(words, cum_weights=cum_weights, k=rng.randint(3, 7))) for _ in range(QUERIES)]
+
+
+async def latencies_ms(path: Path, texts: Sequence[str], *, scoped: bool = False, expand: bool = False) -> list[float]:
+    store = SQLiteCorpus(path)
+    try:
+        scope = document_id_for("bench://corpus/00000") if scoped else None
+        for text in texts[:WARMUP_QUERIES]:
+            await store.search(text, limit=SEARCH_LIMIT, filter=scope)
+        timings = []
+        for text in texts:
+            start = time.perf_counter()
+            results = await store.search(text, limit=SEARCH_LIMIT, filter=scope)
+            if expand:
+                await store.expand_context(results)
+            timings.append((time.perf_counter() - start) * 1000)
+        return timings
+    finally:
+        await store.close()
+
+
+def percentile(values: Sequence[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))]
+
+
+def row(name: str, measured: float, goal: float | None) -> dict[str, Any]:
+    """One benchmark line; `ratio` is measured/goal, so 1.0 or less passes."""
+    ratio = None if goal is None else measured / goal
+    status = "info" if ratio is None else ("pass" if ratio <= 1.0 else "short")
+    return {"name": name, "measured": round(measured, 3), "unit": "ms", "goal": goal,
+            "ratio": None if ratio is None else round(ratio, 3), "status": status}
+
+
+def run() -> list[dict[str, Any]]:
+    """Builds each corpus in a temporary folder, measures it and deletes it."""
+    rng = random.Random(SEED)
+    words, cum_weights = vocabulary(rng)
+    texts = queries(words, cum_weights, rng)
+    rows: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="bench-search-") as folder:
+        for size in SIZES:
+            path = Path(folder) / f"corpus-{size}.db"
+            build_corpus(path, size, words, cum_weights, rng)
+            plain = asyncio.run(latencies_ms(path, texts))
+            label = f"{size // 1000}k chunks"
+            rows.append(row(f"search p50, {label}", statistics.median(plain), GOAL_P50_MS))
+            rows.append(row(f"search p95, {label}", percentile(plain, 0.95), None))
+            if size == SIZES[-1]:
+                expanded = asyncio.run(latencies_ms(path, texts, expand=True))
+                scoped = asyncio.run(latencies_ms(path, texts, scoped=True))
+                rows.append(row(f"search + expand_context p50, {label}", statistics.median(expanded), None))
+                rows.append(row(f"search in one document p50, {label}", statistics.median(scoped), None))
+    return rows
+
+
+def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
+    lines = ["| benchmark | measured | goal | ratio | status |", "|---|---:|---:|---:|---|"]
+    for r in rows:
+        goal = "" if r["goal"] is None else f"≤ {r['goal']:g} {r['unit']}"
+        ratio = "" if r["ratio"] is None else f"{r['ratio']:.2f}"
+        lines.append(f"| {r['name']} | {r['measured']:.2f} {r['unit']} | {goal} | {ratio} | {r['status']} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    start = time.perf_counter()
+    rows = run()
+    print(markdown_table(rows))
+    print(f"\n{QUERIES} queries of 3-7 words, limit {SEARCH_LIMIT}; total {time.perf_counter() - start:.0f} s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,278 @@
+"""The SQLite knowledge base as a `CorpusStore`: FTS5 search ranked by BM25, documents, chunks
+and pictures.
+
+Every method runs its SQL in a worker thread (`asyncio.to_thread`) under a per-instance lock.
+Searches take a few milliseconds, but a read of a long document or a search over a large corpus
+can take tens, and a worker may be driving several agent runs on one event loop: a thread hop
+(~0.1 ms) is cheaper than stalling all of them. The lock is there because a sqlite3 connection
+must not be used by two threads at once, and each instance has exactly one connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sqlite3
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+from ..store import PICTURE_REF_PREFIX, Chunk, Document, RetrievedChunk, retrieved_from_chunk
+from .chunking import PARAGRAPH_SEPARATOR
+from .query import match_expression
+from .schema import open_reader, open_writer
+
+T = TypeVar("T")
+
+BM25_WEIGHTS = (1.0, 2.0, 1.0)
+"""Column weights for content, headings and picture captions: a word in a section's heading
+says more about the chunk than the same word once in its body."""
+
+_CHUNK_COLUMNS = (
+    "c.id, c.document_id, c.ordinal, c.content, c.headings, c.page_numbers, c.labels,"
+    " c.doc_item_refs, c.picture_captions, c.meta"
+)
+_DOCUMENT_COLUMNS = "d.id, d.uri, d.title, d.meta, d.page_count"
+
+
+class SQLiteCorpus:
+    """A corpus file opened for reading (`read_only=True`, what workers use) or, with
+    `read_only=False`, opened read-write and created empty when missing (for a host that ingests
+    into the file it serves). Either way this class never writes; `ingest()` does."""
+
+    def __init__(self, path: str | os.PathLike[str], *, read_only: bool = True) -> None:
+        self.path = Path(path)
+        self._conn = open_reader(self.path) if read_only else open_writer(self.path)
+        self._lock = threading.Lock()
+
+    async def _run(self, work: Callable[[sqlite3.Connection], T]) -> T:
+        def locked() -> T:
+            with self._lock:
+                return work(self._conn)
+
+        return await asyncio.to_thread(locked)
+
+    async def search(self, query: str, *, limit: int, filter: str | None) -> list[RetrievedChunk]:
+        """Chunks matching any word of `query`, best first; `score` is -bm25(), so higher is
+        better. `filter` restricts the search to one document (its id or uri)."""
+        expression = match_expression(query)
+        if expression is None or limit <= 0:
+            return []
+        return await self._run(lambda conn: _search(conn, expression, limit, filter))
+
+    async def expand_context(self, results: list[RetrievedChunk]) -> list[RetrievedChunk]:
+        """Each hit joined with its neighbours (ordinal ±1 in its document), keeping the hit's
+        `chunk_id` and `score`. A chunk already shown in a higher-ranked result is left out of
+        later ones, and a hit already shown that way is dropped, so no text is shown twice."""
+        return await self._run(lambda conn: _expand(conn, results))
+
+    async def get_chunk(self, chunk_id: str) -> Chunk | None:
+        def work(conn: sqlite3.Connection) -> Chunk | None:
+            row = conn.execute(f"SELECT {_CHUNK_COLUMNS} FROM chunks c WHERE c.id = ?", (chunk_id,)).fetchone()
+            return None if row is None else _chunk(row)
+
+        return await self._run(work)
+
+    async def get_document(self, document_id: str) -> Document | None:
+        """By id, or by uri."""
+        return await self._run(lambda conn: _find_document(conn, document_id))
+
+    async def list_documents(self, *, filter: str | None, offset: int, limit: int) -> list[Document]:
+        """Documents in uri order (stable across re-ingests); just the filter's document, if any."""
+
+        def work(conn: sqlite3.Connection) -> list[Document]:
+            scope, args = _document_scope(filter)
+            rows = conn.execute(
+                f"SELECT {_DOCUMENT_COLUMNS} FROM documents d WHERE {scope} ORDER BY d.uri LIMIT ? OFFSET ?",
+                (*args, max(limit, 0), max(offset, 0)),
+            ).fetchall()
+            return [_document(row) for row in rows]
+
+        return await self._run(work)
+
+    async def read(
+        self, document_id: str, *, page: int | None, section: str | None, filter: str | None
+    ) -> list[RetrievedChunk] | None:
+        """A page's chunks (`page`), a section's (`section` matches any heading of a chunk's
+        heading path, ignoring case and extra spaces, so a section includes its subsections), or
+        the first page's (neither). None for an unknown document, a page outside
+        1..page_count, a section no chunk has, or a document outside `filter`. A page in range
+        without text gives []."""
+        return await self._run(lambda conn: _read(conn, document_id, page, section, filter))
+
+    async def get_picture_bytes(self, document_id: str, self_ref: str) -> bytes | None:
+        return await self._run(lambda conn: _picture(conn, document_id, self_ref))
+
+    async def close(self) -> None:
+        """Idempotent."""
+        await self._run(lambda conn: conn.close())
+
+
+def _find_document(conn: sqlite3.Connection, reference: str) -> Document | None:
+    """Documents are named by id or by uri, wherever a caller names one (filters included)."""
+    row = conn.execute(
+        f"SELECT {_DOCUMENT_COLUMNS} FROM documents d WHERE d.id = ? OR d.uri = ?", (reference, reference)
+    ).fetchone()
+    return None if row is None else _document(row)
+
+
+def _document_scope(filter: str | None) -> tuple[str, tuple[str, ...]]:
+    """A condition on `documents d`: a document filter names one document by id or by uri."""
+    if filter is None:
+        return "1", ()
+    return "(d.id = ? OR d.uri = ?)", (filter, filter)
+
+
+def _search(conn: sqlite3.Connection, expression: str, limit: int, filter: str | None) -> list[RetrievedChunk]:
+    """With a filter, FTS5 scans only the document's rowid range: a document's chunks are written
+    in one transaction with consecutive seqs (writer.py), and the join re-checks the document,
+    so the range only saves work. LIMIT -1 (none) inside then, so the check cannot cut hits."""
+    rank = f"bm25(chunks_fts, {', '.join(str(w) for w in BM25_WEIGHTS)})"
+    document_id, low, high, inner_limit = None, 0, 2**63 - 1, limit
+    if filter is not None:
+        span = conn.execute(
+            "SELECT d.id, min(c.seq), max(c.seq) FROM documents d JOIN chunks c ON c.document_id = d.id"
+            " WHERE d.id = ? OR d.uri = ? GROUP BY d.id",
+            (filter, filter),
+        ).fetchone()
+        if span is None:
+            return []
+        document_id, low, high = span
+        inner_limit = -1
+    rows = conn.execute(
+        f"SELECT {_CHUNK_COLUMNS}, {_DOCUMENT_COLUMNS}, hits.score FROM ("
+        f"  SELECT rowid, -{rank} AS score FROM chunks_fts"
+        f"  WHERE chunks_fts MATCH :expression AND rowid BETWEEN :low AND :high ORDER BY {rank} LIMIT :inner"
+        f") hits JOIN chunks c ON c.seq = hits.rowid JOIN documents d ON d.id = c.document_id"
+        f" WHERE :document IS NULL OR c.document_id = :document ORDER BY hits.score DESC LIMIT :limit",
+        {
+            "expression": expression,
+            "low": low,
+            "high": high,
+            "inner": inner_limit,
+            "document": document_id,
+            "limit": limit,
+        },
+    ).fetchall()
+    return _with_pictures(conn, [_result(row) for row in rows])
+
+
+def _result(row: Sequence[Any]) -> RetrievedChunk:
+    chunk, document = _chunk(row[:10]), _document(row[10:15])
+    return retrieved_from_chunk(chunk, document, score=row[15] if len(row) > 15 else 0.0)
+
+
+def _with_pictures(conn: sqlite3.Connection, results: list[RetrievedChunk]) -> list[RetrievedChunk]:
+    """Attaches the bytes of every picture a result refers to (pictures are never persisted
+    with results, see RetrievedChunk)."""
+    wanted = {(r.document_id, ref) for r in results for ref in r.doc_item_refs if ref.startswith(PICTURE_REF_PREFIX)}
+    if not wanted:
+        return results
+    found = {key: _picture(conn, *key) for key in sorted(wanted)}
+    for result in results:
+        for ref in result.doc_item_refs:
+            data = found.get((result.document_id, ref))
+            if data is not None:
+                result.pictures[ref] = data
+    return results
+
+
+def _picture(conn: sqlite3.Connection, document_id: str, self_ref: str) -> bytes | None:
+    row = conn.execute(
+        "SELECT bytes FROM pictures WHERE document_id = ? AND self_ref = ?", (document_id, self_ref)
+    ).fetchone()
+    return None if row is None else bytes(row[0])
+
+
+def _expand(conn: sqlite3.Connection, results: list[RetrievedChunk]) -> list[RetrievedChunk]:
+    shown: set[str] = set()
+    expanded: list[RetrievedChunk] = []
+    for hit in results:
+        if hit.chunk_id in shown:
+            continue
+        rows = conn.execute(
+            f"SELECT {_CHUNK_COLUMNS}, {_DOCUMENT_COLUMNS} FROM chunks c JOIN documents d ON d.id = c.document_id"
+            " JOIN chunks h ON h.id = ? AND c.document_id = h.document_id"
+            " WHERE c.ordinal BETWEEN h.ordinal - 1 AND h.ordinal + 1 ORDER BY c.ordinal",
+            (hit.chunk_id,),
+        ).fetchall()
+        window = [_result(row) for row in rows if row[0] == hit.chunk_id or row[0] not in shown]
+        if not window:
+            expanded.append(hit)
+            shown.add(hit.chunk_id)
+            continue
+        shown.update(part.chunk_id for part in window)
+        expanded.append(_merge(hit, window))
+    return _with_pictures(conn, expanded)
+
+
+def _merge(hit: RetrievedChunk, window: list[RetrievedChunk]) -> RetrievedChunk:
+    """One result from consecutive chunks: the hit's identity and metadata, everyone's text,
+    pages, labels, refs and captions in document order."""
+    return hit.model_copy(
+        update={
+            "chunk_ids": [part.chunk_id for part in window],
+            "content": PARAGRAPH_SEPARATOR.join(part.content for part in window if part.content),
+            "page_numbers": sorted({page for part in window for page in part.page_numbers}),
+            "labels": _ordered_union(part.labels for part in window),
+            "doc_item_refs": _ordered_union(part.doc_item_refs for part in window),
+            "picture_captions": {ref: c for part in window for ref, c in part.picture_captions.items()},
+            "pictures": {},
+        }
+    )
+
+
+def _ordered_union(lists: Iterable[list[str]]) -> list[str]:
+    return list(dict.fromkeys(item for items in lists for item in items))
+
+
+def _read(
+    conn: sqlite3.Connection, document_ref: str, page: int | None, section: str | None, filter: str | None
+) -> list[RetrievedChunk] | None:
+    document = _find_document(conn, document_ref)
+    if document is None:
+        return None
+    if filter is not None and filter not in (document.id, document.uri):
+        return None
+    rows = conn.execute(
+        f"SELECT {_CHUNK_COLUMNS} FROM chunks c WHERE c.document_id = ? ORDER BY c.ordinal", (document.id,)
+    ).fetchall()
+    chunks = [_chunk(chunk_row) for chunk_row in rows]
+    if page is not None:
+        if not 1 <= page <= document.page_count:
+            return None
+        chosen = [chunk for chunk in chunks if page in chunk.page_numbers]
+    elif section is not None:
+        wanted = _normalised(section)
+        chosen = [chunk for chunk in chunks if any(_normalised(h) == wanted for h in chunk.headings)]
+        if not chosen:
+            return None
+    else:
+        first_page = chunks[0].page_numbers[:1] if chunks else []
+        chosen = [chunk for chunk in chunks if first_page and first_page[0] in chunk.page_numbers]
+    return _with_pictures(conn, [retrieved_from_chunk(chunk, document) for chunk in chosen])
+
+
+def _normalised(heading: str) -> str:
+    return " ".join(heading.split()).casefold()
+
+
+def _chunk(row: Sequence[Any]) -> Chunk:
+    return Chunk(
+        id=row[0],
+        document_id=row[1],
+        ordinal=row[2],
+        content=row[3],
+        headings=json.loads(row[4]),
+        page_numbers=json.loads(row[5]),
+        labels=json.loads(row[6]),
+        doc_item_refs=json.loads(row[7]),
+        picture_captions=json.loads(row[8]),
+        meta=json.loads(row[9]),
+    )
+
+
+def _document(row: Sequence[Any]) -> Document:
+    return Document(id=row[0], uri=row[1], title=row[2], meta=json.loads(row[3]), page_count=row[4])

@@ -1,0 +1,80 @@
+"""How the optional capabilities see evidence: by discovering the run's evidence capabilities (E17).
+
+Reading the run registry lets the policy and the compactor work with whatever evidence
+capabilities a host registered, without being configured with them or holding references to them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic_ai import RunContext
+
+from .base import EvidenceCapability
+from .ledger import CapabilityEvidenceRecord
+from .store import Citation
+
+DISAGREEING_QUESTIONS = "evidence capabilities disagree on the question in progress"
+
+
+@dataclass(frozen=True)
+class DiscoveredEvidence:
+    """A read-only view of one evidence capability (§3.6), rebuilt on every call and never
+    persisted; mutating it has no effect on the capability."""
+
+    capability: str
+    record: CapabilityEvidenceRecord
+    citations: Mapping[str, Citation]
+    tool_names: frozenset[str]
+    cite_tool: str
+    cite_available: bool
+    state_carried: bool
+    vision: bool
+
+
+def _run_evidence_capabilities(ctx: RunContext[Any]) -> list[EvidenceCapability]:
+    """F13. The registry holds run instances and framework-internal capabilities under synthetic
+    keys, so evidence capabilities are selected by type, never by key."""
+    found = [c for c in ctx.capabilities.values() if isinstance(c, EvidenceCapability)]
+    return sorted(found, key=lambda c: c.namespace)
+
+
+def discover_evidence(ctx: RunContext[Any]) -> list[DiscoveredEvidence]:
+    """E17. Views of the run's evidence capabilities, sorted by namespace. Writes nothing."""
+    return [
+        DiscoveredEvidence(
+            capability=cap.namespace,
+            record=cap.evidence_record().model_copy(deep=True),
+            citations={k: v.model_copy(deep=True) for k, v in cap.citation_index().items()},
+            tool_names=cap.evidence_tool_names(),
+            cite_tool=cap.cite_tool_name,
+            cite_available=cap.cite_available,
+            state_carried=cap.state_carried,
+            vision=cap.vision,
+        )
+        for cap in _run_evidence_capabilities(ctx)
+    ]
+
+
+def question_in_progress(found: Sequence[DiscoveredEvidence]) -> int:
+    """L2/E17. The common question, or 0 with no evidence capability. A capability silently
+    stuck on another identity would have its declarations judged against the wrong question."""
+    questions = {f.capability: f.record.question for f in found}
+    distinct = set(questions.values())
+    if len(distinct) > 1:
+        detail = ", ".join(f"{ns}={q}" for ns, q in sorted(questions.items()))
+        raise RuntimeError(f"{DISAGREEING_QUESTIONS}: {detail}")
+    question = next(iter(distinct), 0)
+    assert question is not None, "for_run establishes every evidence record's question"
+    return question
+
+
+def evidence_owner(ctx: RunContext[Any], namespace: str) -> EvidenceCapability:
+    """The run instance that owns a namespace, for what a view cannot do (fetching a cited
+    picture through the owner's store connection, E16)."""
+    for cap in _run_evidence_capabilities(ctx):
+        if cap.namespace == namespace:
+            return cap
+    raise RuntimeError(f"no evidence capability with namespace {namespace!r} is registered in this run")
