@@ -17,6 +17,7 @@ from typing import Any, ClassVar, TypeVar
 
 from pydantic import BaseModel, Field
 from pydantic_ai import DeferredToolRequests, FunctionToolset, ModelRetry, RunContext, Tool, ToolFailed
+from pydantic_ai._function_schema import FunctionSchema
 from pydantic_ai.capabilities import AbstractCapability, ValidatedToolArgs, WrapRunHandler, WrapToolExecuteHandler
 from pydantic_ai.messages import BinaryContent, InstructionPart, ToolCallPart, ToolReturn
 from pydantic_ai.models import ModelRequestContext
@@ -57,6 +58,21 @@ __all__ = [
 T = TypeVar("T")
 StoreFactory = Callable[[], "CorpusStore | Awaitable[CorpusStore]"]
 """Opens a store owned by one run: opened lazily, closed when the run ends (E3)."""
+
+_tool_schemas: dict[tuple[Callable[..., Any], str], FunctionSchema] = {}
+
+
+def run_tool(method: Callable[..., Any], *, name: str, description: str | None = None) -> Tool[Any]:
+    """A tool bound to a run copy's method. The toolset is rebuilt for every run (E2), and building
+    a function schema (signature and docstring parsing) cost more than the rest of a scripted run
+    together (bench/overhead_capabilities.py), so it is built once per method and tool name."""
+    key = (getattr(method, "__func__", method), name)
+    schema = _tool_schemas.get(key)
+    if schema is None:
+        tool = Tool(method, name=name, description=description)
+        _tool_schemas[key] = tool.function_schema
+        return tool
+    return Tool(method, name=name, description=description, function_schema=replace(schema, function=method))
 
 
 class EvidenceState(BaseModel):
@@ -256,7 +272,7 @@ class EvidenceCapability(AbstractCapability[Any], ABC):
 
     def get_toolset(self) -> FunctionToolset[Any]:
         """E5."""
-        cite = Tool(self.cite, name=self.cite_tool_name, description=self.cite_description())
+        cite = run_tool(self.cite, name=self.cite_tool_name, description=self.cite_description())
         return FunctionToolset([*self.evidence_tools(), cite], max_retries=3, sequential=True)
 
     def get_instructions(self) -> str:

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
+from pydantic import BaseModel
 from pydantic_ai import RunContext
 
 from .base import EvidenceCapability
@@ -41,13 +42,23 @@ def _run_evidence_capabilities(ctx: RunContext[Any]) -> list[EvidenceCapability]
     return sorted(found, key=lambda c: c.namespace)
 
 
+M = TypeVar("M", bound=BaseModel)
+
+
+def detached(model: M) -> M:
+    """A copy that shares nothing with the original. Records are JSON-shaped (§3.4), so a dump and
+    validate round trip is exact, and it costs a quarter of `model_copy(deep=True)`: discovery runs
+    on every model request, and deep copies were its largest cost (bench/overhead_capabilities.py)."""
+    return type(model).model_validate(model.model_dump())
+
+
 def discover_evidence(ctx: RunContext[Any]) -> list[DiscoveredEvidence]:
     """E17. Views of the run's evidence capabilities, sorted by namespace. Writes nothing."""
     return [
         DiscoveredEvidence(
             capability=cap.namespace,
-            record=cap.evidence_record().model_copy(deep=True),
-            citations={k: v.model_copy(deep=True) for k, v in cap.citation_index().items()},
+            record=detached(cap.evidence_record()),
+            citations={k: detached(v) for k, v in cap.citation_index().items()},
             tool_names=cap.evidence_tool_names(),
             cite_tool=cap.cite_tool_name,
             cite_available=cap.cite_available,

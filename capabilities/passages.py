@@ -8,7 +8,7 @@ from typing import Any, ClassVar
 from pydantic_ai import RunContext, Tool
 from pydantic_ai.messages import ToolReturn
 
-from .base import EvidenceCapability, EvidenceState, StoreFactory
+from .base import EvidenceCapability, EvidenceState, StoreFactory, run_tool
 from .formatting import format_results
 from .store import CorpusStore
 from .tags import TagSigner
@@ -41,7 +41,7 @@ class PassageSearchCapability(EvidenceCapability):
         return {self.search_tool_name: self.max_searches}
 
     def evidence_tools(self) -> list[Tool[Any]]:
-        return [Tool(self.search, name=self.search_tool_name)]
+        return [run_tool(self.search, name=self.search_tool_name)]
 
     def tool_guidance(self) -> str:
         return (

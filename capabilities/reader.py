@@ -8,7 +8,7 @@ from typing import Any, ClassVar
 from pydantic_ai import RunContext, Tool, ToolFailed
 from pydantic_ai.messages import ToolReturn
 
-from .base import EvidenceCapability, EvidenceState, StoreFactory
+from .base import EvidenceCapability, EvidenceState, StoreFactory, run_tool
 from .formatting import EMPTY_PAGE, format_documents, format_results
 from .store import CorpusStore
 from .tags import TagSigner
@@ -63,7 +63,7 @@ class DocumentReaderCapability(EvidenceCapability):
         return {self.list_tool_name: self.max_listings, self.read_tool_name: self.max_reads}
 
     def evidence_tools(self) -> list[Tool[Any]]:
-        return [Tool(self.list_documents, name=self.list_tool_name), Tool(self.read, name=self.read_tool_name)]
+        return [run_tool(self.list_documents, name=self.list_tool_name), run_tool(self.read, name=self.read_tool_name)]
 
     def tool_guidance(self) -> str:
         return (

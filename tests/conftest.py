@@ -1,0 +1,126 @@
+"""Shared fixtures: a real Redis for the session and real Celery worker processes.
+
+Redis is `GROUNDED_TEST_REDIS_URL` when set (CI points it at the machine's server, db 13), else an
+embedded redis-server this session starts. Tests never share keys: each gets its own key prefix,
+which the results store and Celery's transport (`global_keyprefix`) both write under, and the
+prefix is deleted afterwards. Nothing here mocks Redis or Celery (STYLE 13).
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+import redis
+
+if TYPE_CHECKING:
+    from worker.local import LocalWorker
+
+REPO = Path(__file__).resolve().parent.parent
+TEST_TAG_KEY = "test-tag-key"
+
+
+@dataclass
+class RedisServer:
+    url: str
+    embedded: object | None = None
+
+    def client(self) -> redis.Redis:
+        return redis.Redis.from_url(self.url)
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    url = os.environ.get("GROUNDED_TEST_REDIS_URL")
+    if url:
+        yield RedisServer(url)
+        return
+    from worker.embedded import EmbeddedRedis
+
+    server = EmbeddedRedis(tmp_path_factory.mktemp("redis"))
+    try:
+        yield RedisServer(server.url(0), server)
+    finally:
+        server.close()
+
+
+@dataclass
+class RedisSpace:
+    """One test's share of Redis: a key prefix nobody else uses."""
+
+    server: RedisServer
+    prefix: str
+
+    @property
+    def url(self) -> str:
+        return self.server.url
+
+    def store(self):  # -> worker.results.ResultsStore
+        from worker.results import ResultsStore
+
+        return ResultsStore.from_url(self.url, prefix=self.prefix)
+
+    def clean(self) -> None:
+        self.store().delete_prefix()
+
+
+def new_space(server: RedisServer) -> RedisSpace:
+    return RedisSpace(server, f"gwtest:{uuid.uuid4().hex[:12]}:")
+
+
+@pytest.fixture
+def redis_space(redis_server: RedisServer) -> Iterator[RedisSpace]:
+    space = new_space(redis_server)
+    try:
+        yield space
+    finally:
+        space.clean()
+
+
+def worker_env(space: RedisSpace, data_dir: Path, **overrides: str | None) -> dict[str, str]:
+    """The environment a worker process gets: the test's Redis space and data dir, test tag keys."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GROUNDED_")}
+    env.update(
+        GROUNDED_REDIS_URL=space.url,
+        GROUNDED_KEY_PREFIX=space.prefix,
+        GROUNDED_DATA_DIR=str(data_dir),
+        GROUNDED_TAG_KEYS=TEST_TAG_KEY,
+        GROUNDED_RETRY_BASE_S="0.2",
+        GROUNDED_RETRY_MAX_S="5",
+        GROUNDED_CONCURRENCY="4",
+        PYTHONWARNINGS="ignore",
+    )
+    for key, value in overrides.items():
+        if value is None:
+            env.pop(key, None)
+        else:
+            env[key] = value
+    return env
+
+
+def start_worker(env: dict[str, str], log_dir: Path, *, wait: bool = True) -> LocalWorker:
+    """A real `celery worker` process (threads pool) with the test's settings in its environment."""
+    from worker.local import start_local_worker
+
+    return start_local_worker(env, log_dir / f"worker-{uuid.uuid4().hex[:8]}.log",
+                              concurrency=int(env.get("GROUNDED_CONCURRENCY", "4")), wait=wait)
+
+
+@pytest.fixture
+def worker_process(tmp_path: Path) -> Iterator[Callable[..., LocalWorker]]:
+    """A factory: `worker_process(env)` starts a real worker with the test's settings; all stop at teardown."""
+    started: list[LocalWorker] = []
+
+    def start(env: dict[str, str], *, wait: bool = True) -> LocalWorker:
+        worker = start_worker(env, tmp_path, wait=wait)
+        started.append(worker)
+        return worker
+
+    yield start
+    for worker in started:
+        worker.stop()

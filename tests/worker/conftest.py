@@ -1,0 +1,103 @@
+"""Worker-test fixtures: a corpus directory, the fake OpenAI server, and one shared worker process.
+
+Starting a worker costs seconds, so most integration tests share one session worker (its own key
+prefix; each test submits its own batches and reads only those). Tests that need different worker
+settings start their own through `worker_process`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO, TEST_TAG_KEY, RedisServer, RedisSpace, new_space, start_worker, worker_env
+from tests.worker.fake_openai import FakeOpenAI
+from worker.config import Settings
+from worker.local import LocalWorker
+from worker.producer import Producer
+from worker.results import BatchProgress, ResultsStore
+
+CORPUS = "handbook"
+FAKE_KEY_ENV = "GROUNDED_TEST_FAKE_LLM_KEY"
+FAKE_KEY = "sk-fake-test"
+MISSING_KEY_ENV = "GROUNDED_TEST_UNSET_KEY"
+
+
+@pytest.fixture(scope="session")
+def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """DATA_DIR with one corpus, `handbook`, ingested from the test fixtures."""
+    from capabilities.corpus import ingest
+
+    root = tmp_path_factory.mktemp("data")
+    (root / "corpora").mkdir()
+    ingest(root / "corpora" / f"{CORPUS}.sqlite", [REPO / "tests" / "fixtures" / "corpus"])
+    return root
+
+
+@pytest.fixture(scope="session")
+def fake_openai() -> Iterator[FakeOpenAI]:
+    server = FakeOpenAI().start()
+    yield server
+    server.stop()
+
+
+def settings_for(space: RedisSpace, data_dir: Path, **extra: object) -> Settings:
+    return Settings(redis_url=space.url, key_prefix=space.prefix, data_dir=data_dir,
+                    tag_keys=[TEST_TAG_KEY], **extra)  # type: ignore[arg-type]
+
+
+@dataclass
+class Cluster:
+    """A Redis space with a running worker, and a producer for it."""
+
+    space: RedisSpace
+    worker: LocalWorker | None
+    producer: Producer
+
+    @property
+    def store(self) -> ResultsStore:
+        return self.producer.store
+
+    def submit(self, lines: list, config: dict | str, *, tenant: str = "tests", arm: str | None = None) -> str:
+        report = self.producer.validate(lines, config)
+        assert report.ok, [e.as_dict() for e in report.errors]
+        return self.producer.submit(report, tenant=tenant, arm=arm).id
+
+    def wait(self, batch_id: str, timeout: float = 60.0) -> BatchProgress:
+        deadline = time.monotonic() + timeout
+        while True:
+            progress = self.store.progress(batch_id)
+            assert progress is not None
+            if progress.finished:
+                return progress
+            if time.monotonic() > deadline:
+                log = self.worker.output()[-4000:] if self.worker else ""
+                raise AssertionError(f"batch {batch_id} not finished: {progress}\n{log}")
+            time.sleep(0.1)
+
+
+@pytest.fixture(scope="session")
+def cluster(redis_server: RedisServer, data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    space = new_space(redis_server)
+    env = worker_env(space, data_dir, **{FAKE_KEY_ENV: FAKE_KEY, MISSING_KEY_ENV: None})
+    worker = start_worker(env, tmp_path_factory.mktemp("worker-logs"))
+    producer = Producer(settings_for(space, data_dir))
+    try:
+        yield Cluster(space, worker, producer)
+    finally:
+        worker.stop()
+        producer.app.close()
+        space.clean()
+
+
+def question_config(*capabilities: object, model: str = "extractive", **extra: object) -> dict:
+    return {"agent": {"model": model, "instructions": "Answer from the knowledge base.",
+                      "capabilities": list(capabilities)}, **extra}
+
+
+PASSAGES = {"PassageSearchCapability": {"corpus": CORPUS}}
+POLICY = "CitationPolicyCapability"

@@ -1,0 +1,132 @@
+"""The producer API over HTTP (uvicorn on 127.0.0.1) through the Python client, with the session worker."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx2
+import pytest
+import uvicorn
+
+from tests.worker.conftest import PASSAGES, POLICY, Cluster, question_config, settings_for
+from worker.api import create_api
+from worker.app import QUEUE
+from worker.client import BatchRejected, GroundedClient, NotFound
+from worker.embedded import free_port
+from worker.producer import Producer
+
+TOKENS = {"tok-acme": "acme", "tok-globex": "globex"}
+
+
+@pytest.fixture(scope="module")
+def api_url(cluster: Cluster, data_dir: Path) -> Iterator[str]:
+    settings = settings_for(cluster.space, data_dir, api_tokens=TOKENS)
+    api = create_api(settings, producer=Producer(settings, store=cluster.store, app=cluster.producer.app))
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(api, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    while not server.started:
+        time.sleep(0.02)
+    yield f"http://127.0.0.1:{port}"
+    server.should_exit = True
+    thread.join(timeout=5)
+
+
+@pytest.fixture
+def acme(api_url: str) -> Iterator[GroundedClient]:
+    with GroundedClient(api_url, "tok-acme") as client:
+        yield client
+
+
+@pytest.fixture
+def globex(api_url: str) -> Iterator[GroundedClient]:
+    with GroundedClient(api_url, "tok-globex") as client:
+        yield client
+
+
+def queue_length(cluster: Cluster) -> int:
+    return cluster.store.redis.llen(cluster.space.prefix + QUEUE)
+
+
+def test_submit_wait_and_stream_results(acme: GroundedClient) -> None:
+    lines = [{"custom_id": "hours", "question": "When does the observatory open?"},
+             {"custom_id": "none", "question": "Who painted the Mona Lisa?"}]
+    accepted = acme.submit(lines, question_config(PASSAGES, POLICY), arm="on")
+    assert accepted["counts"]["total"] == 2 and accepted["arm"] == "on"
+    final = acme.wait(accepted["id"], timeout=30)
+    assert final["counts"]["succeeded"] == 2 and final["state"] == "completed"
+    results = list(acme.results(accepted["id"]))
+    assert [r["custom_id"] for r in results] == ["hours", "none"]
+    assert [r["turns"][0]["citation_status"] for r in results] == ["grounded", "ungrounded"]
+    assert all(r["arm"] == "on" for r in results)
+    job = acme.job(results[0]["job_id"])
+    assert job["state"] == "succeeded" and job["result"]["turns"][0]["cited"]
+
+
+def test_jsonl_upload_with_a_yaml_config(acme: GroundedClient, tmp_path: Path) -> None:
+    path = tmp_path / "questions.jsonl"
+    path.write_text(json.dumps({"custom_id": "mirror", "question": "How large is the reflector mirror?"}) + "\n")
+    config = "agent:\n  model: extractive\n  capabilities:\n    - PassageSearchCapability: {corpus: handbook}\n"
+    accepted = acme.submit_file(path, config)
+    acme.wait(accepted["id"], timeout=30)
+    [result] = acme.results(accepted["id"])
+    assert "400 mm" in result["turns"][0]["answer"]
+
+
+def test_a_rejected_batch_reports_lines_and_enqueues_nothing(acme: GroundedClient, cluster: Cluster) -> None:
+    before = (queue_length(cluster), acme.batches())
+    lines = [{"custom_id": "ok", "question": "fine"}, "{broken", {"custom_id": "ok", "question": "dup"}]
+    with pytest.raises(BatchRejected) as rejected:
+        acme.submit(lines, question_config({"PassageSearchCapability": {"corpus": "../../etc"}}))
+    errors = rejected.value.errors
+    assert [e["line"] for e in errors] == [0, 2, 3]
+    assert "is not a corpus name" in errors[0]["problem"] and errors[1]["problem"].startswith("not valid JSON")
+    assert (queue_length(cluster), acme.batches()) == before
+
+
+def test_unknown_capability_is_a_422_naming_the_allowed_types(acme: GroundedClient) -> None:
+    with pytest.raises(BatchRejected) as rejected:
+        acme.submit([{"custom_id": "a", "question": "q"}], question_config("LocalWorkspace"))
+    [error] = rejected.value.errors
+    assert error["line"] == 0 and "capability 'LocalWorkspace' is not allowed here" in error["problem"]
+
+
+def test_two_tenants_cannot_see_each_others_batches(acme: GroundedClient, globex: GroundedClient) -> None:
+    batch = acme.submit([{"custom_id": "a", "question": "When does the observatory open?"}],
+                        question_config(PASSAGES))
+    acme.wait(batch["id"], timeout=30)
+    [result] = acme.results(batch["id"])
+    for attempt in (lambda: globex.status(batch["id"]), lambda: list(globex.results(batch["id"])),
+                    lambda: globex.cancel(batch["id"]), lambda: globex.job(result["job_id"]),
+                    lambda: globex.events(batch["id"])):
+        with pytest.raises(NotFound):
+            attempt()
+    assert batch["id"] not in [b["id"] for b in globex.batches()]
+    assert batch["id"] in [b["id"] for b in acme.batches()]
+
+
+def test_requests_without_a_valid_token_are_refused(api_url: str) -> None:
+    assert httpx2.get(f"{api_url}/v1/batches").status_code == 401
+    assert httpx2.get(f"{api_url}/v1/batches", headers={"Authorization": "Bearer nope"}).status_code == 401
+    assert httpx2.get(f"{api_url}/healthz").json() == {"status": "ok"}
+
+
+def test_cancel_is_accepted_and_reported(acme: GroundedClient) -> None:
+    batch = acme.submit([{"custom_id": "a", "question": "When does the observatory open?"}], question_config(PASSAGES))
+    cancelled = acme.cancel(batch["id"])
+    assert cancelled["state"] in ("cancelling", "cancelled", "completed")
+    final = acme.wait(batch["id"], timeout=30)
+    assert final["counts"]["succeeded"] + final["counts"]["cancelled"] == 1
+    assert any(e["event"] == "batch_cancel_requested" for e in acme.events(batch["id"]))
+
+
+def test_openapi_lists_the_routes(api_url: str) -> None:
+    paths = httpx2.get(f"{api_url}/openapi.json").json()["paths"]
+    assert {"/v1/batches", "/v1/batches/{batch_id}", "/v1/batches/{batch_id}/results",
+            "/v1/batches/{batch_id}/cancel", "/v1/jobs/{job_id}", "/healthz"} <= set(paths)
+    assert "multipart/form-data" in paths["/v1/batches"]["post"]["requestBody"]["content"]

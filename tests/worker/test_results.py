@@ -1,0 +1,79 @@
+"""The results store against a real Redis: idempotent writes, counters, events, compression."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from tests.conftest import RedisSpace
+from worker.jobs import JobResult, parse_batch
+from worker.results import RESULT_KEY, ResultsStore
+
+CONFIG = {"agent": {"model": "extractive"}}
+
+
+def stored_batch(store: ResultsStore, n: int = 2):
+    report = parse_batch([{"custom_id": f"c{i}", "question": f"q{i}?"} for i in range(n)], CONFIG)
+    return store.create_batch(report, tenant="acme")
+
+
+def result_for(job, *, status: str = "succeeded", answer: str = "a", attempts: int = 1) -> JobResult:
+    now = datetime.now(UTC)
+    return JobResult(job_id=job.id, batch_id=job.batch_id, custom_id=job.custom_id, kind="question",
+                     status=status, model="extractive", attempts=attempts, started_at=now, finished_at=now,
+                     metadata={"answer": answer})
+
+
+def events(store: ResultsStore, batch_id: str) -> list[str]:
+    return [fields["event"] for _, fields in store.events(batch_id)]
+
+
+def test_H10_redelivered_job_is_counted_once(redis_space: RedisSpace) -> None:
+    store = redis_space.store()
+    batch, (first, second) = stored_batch(store)
+    assert store.write_result(result_for(first, status="failed"), total=batch.total) is True
+    assert store.write_result(result_for(first, answer="again", attempts=2), total=batch.total) is False
+    progress = store.progress(batch.id)
+    assert (progress.succeeded, progress.failed, progress.done, progress.queued) == (1, 0, 1, 1)
+    assert store.load_result(first.id).metadata == {"answer": "again"}
+    assert events(store, batch.id).count("job_finished") == 1
+    store.write_result(result_for(second), total=batch.total)
+    store.write_result(result_for(second), total=batch.total)
+    assert events(store, batch.id).count("batch_finished") == 1
+    assert store.progress(batch.id).state == "completed"
+
+
+def test_partial_results_are_readable_in_submission_order(redis_space: RedisSpace) -> None:
+    store = redis_space.store()
+    batch, jobs = stored_batch(store, n=3)
+    store.write_result(result_for(jobs[2]), total=batch.total)
+    assert [r.custom_id for r in store.iter_results(batch.id)] == ["c2"]
+    store.write_result(result_for(jobs[0]), total=batch.total)
+    assert [r.custom_id for r in store.iter_results(batch.id)] == ["c0", "c2"]
+    assert store.job_state(jobs[1]) == "queued" and store.job_state(jobs[2]) == "succeeded"
+
+
+def test_large_results_are_stored_compressed(redis_space: RedisSpace) -> None:
+    store = ResultsStore.from_url(redis_space.url, prefix=redis_space.prefix, compress_over=100)
+    batch, (job, _) = stored_batch(store)
+    result = result_for(job, answer="x" * 5000)
+    store.write_result(result, total=batch.total)
+    raw = store.redis.get(store.key(RESULT_KEY, job_id=job.id))
+    assert raw.startswith(b"z:") and len(raw) < 1000
+    assert store.load_result(job.id) == result
+
+
+def test_a_cancelled_job_that_already_finished_is_not_counted_twice(redis_space: RedisSpace) -> None:
+    store = redis_space.store()
+    batch, (job, other) = stored_batch(store)
+    store.write_result(result_for(job), total=batch.total)
+    assert store.mark_cancelled(job, total=batch.total) is False
+    assert store.mark_cancelled(other, total=batch.total) is True
+    progress = store.progress(batch.id)
+    assert (progress.succeeded, progress.cancelled, progress.finished) == (1, 1, True)
+
+
+def test_attempts_count_every_start(redis_space: RedisSpace) -> None:
+    store = redis_space.store()
+    _, (job, _) = stored_batch(store)
+    assert [store.begin_attempt(job), store.begin_attempt(job)] == [1, 2]
+    assert store.job_state(job) == "running"

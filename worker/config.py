@@ -1,0 +1,120 @@
+"""Worker, API and CLI settings, read once from `GROUNDED_*` environment variables.
+
+Everything that differs between machines (Redis, where corpora live, secrets) comes from here;
+jobs never carry paths or keys, so a job file means the same thing on every worker.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from capabilities.tags import TagSigner
+
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+
+
+class MissingTagKeys(RuntimeError):
+    """H8. A worker without tag keys could neither sign nor verify our tags, so it must not start."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "GROUNDED_TAG_KEYS is not set: every worker needs the same tag keys (newest first, "
+            "comma-separated or a JSON list) to sign and verify picture and redirect tags (H8, T1)"
+        )
+
+
+def _split_list(value: Any) -> Any:
+    """Comma-separated for shells, or a JSON list for tools that write JSON."""
+    if isinstance(value, str):
+        text = value.strip()
+        if text.startswith("["):
+            return json.loads(text)
+        return [item.strip() for item in text.split(",") if item.strip()]
+    return value
+
+
+class Settings(BaseSettings):
+    """One object for every process role; each role reads only what it needs."""
+
+    model_config = SettingsConfigDict(env_prefix="GROUNDED_", extra="ignore")
+
+    redis_url: str = DEFAULT_REDIS_URL
+    data_dir: Path = Path(".grounded")  # corpora under data_dir/corpora/NAME.sqlite; jobs name a corpus
+    key_prefix: str = "grounded:"  # every Redis key we and Celery's transport write starts with it
+    tag_keys: Annotated[list[SecretStr], NoDecode] = Field(default_factory=list)  # newest first (T1)
+    api_tokens: Annotated[dict[str, str], NoDecode] = Field(default_factory=dict)  # bearer token -> tenant
+    cli_tenant: str = "local"  # the tenant the CLI submits as when it talks to Redis directly
+
+    task_soft_limit_s: int = Field(default=600, ge=1)  # the longest a job's runs may take in total
+    task_hard_limit_s: int = Field(default=660, ge=1)  # prefork kills the child here; threads cannot be killed
+    concurrency: int = Field(default=8, ge=1)  # jobs in flight per worker process (threads pool)
+    pool: str = "threads"  # LLM-bound jobs wait on HTTP, so threads give concurrency without processes
+    model_allowlist: Annotated[list[str] | None, NoDecode] = None  # fnmatch patterns; None allows any model
+    retry_base_s: float = Field(default=2.0, gt=0)  # transient model errors back off from here...
+    retry_max_s: float = Field(default=60.0, gt=0)  # ...up to here, also when the provider asks for longer
+    redelivery_margin_s: int = Field(default=300, ge=0)  # how much longer than a job Redis waits before redelivery
+    max_batch_lines: int = Field(default=100_000, ge=1)
+    compress_over_bytes: int = Field(default=16_384, ge=0)  # results larger than this are stored compressed
+
+    @field_validator("tag_keys", mode="before")
+    @classmethod
+    def _tag_keys(cls, value: Any) -> Any:
+        return _split_list(value)
+
+    @field_validator("model_allowlist", mode="before")
+    @classmethod
+    def _allowlist(cls, value: Any) -> Any:
+        if value in (None, ""):
+            return None
+        return _split_list(value)
+
+    @field_validator("api_tokens", mode="before")
+    @classmethod
+    def _tokens(cls, value: Any) -> Any:
+        """A JSON object, or `token=tenant` pairs separated by commas."""
+        if isinstance(value, str):
+            text = value.strip()
+            if not text:
+                return {}
+            if text.startswith("{"):
+                return json.loads(text)
+            pairs = [item.split("=", 1) for item in text.split(",") if item.strip()]
+            if any(len(pair) != 2 for pair in pairs):
+                raise ValueError("GROUNDED_API_TOKENS must be a JSON object or token=tenant pairs")
+            return {token.strip(): tenant.strip() for token, tenant in pairs}
+        return value
+
+    @model_validator(mode="after")
+    def _limits(self) -> Settings:
+        if self.task_hard_limit_s < self.task_soft_limit_s:
+            raise ValueError("GROUNDED_TASK_HARD_LIMIT_S must not be below GROUNDED_TASK_SOFT_LIMIT_S")
+        return self
+
+    @property
+    def corpora_dir(self) -> Path:
+        return self.data_dir / "corpora"
+
+    @property
+    def visibility_timeout_s(self) -> int:
+        """Redis redelivers an unacked job after this long, so it must outlast the longest job plus its
+        longest retry countdown, or a job still running is handed to a second worker (API-NOTES §3)."""
+        return self.task_hard_limit_s + int(self.retry_max_s) + self.redelivery_margin_s
+
+    def signer(self) -> TagSigner:
+        """H8/T1: every worker signs with the newest key and verifies with all of them."""
+        keys = [key.get_secret_value().encode() for key in self.tag_keys if key.get_secret_value()]
+        if not keys:
+            raise MissingTagKeys()
+        return TagSigner(keys)
+
+
+@lru_cache
+def get_settings() -> Settings:
+    """One Settings per process; tests build their own `Settings(...)` instead of touching the cache."""
+    return Settings()

@@ -1,0 +1,124 @@
+"""Celery tasks: thin. Receive a job id, then load, run (worker/run.py) and store (worker/results.py).
+
+Only the id travels, so a redelivered or retried task re-reads the job and its batch. One failing
+job never fails its batch: every outcome, failure included, is written as that job's result.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import threading
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+import structlog
+
+from .agents import AgentCache
+from .app import ANSWER_JOB, app
+from .config import Settings, get_settings
+from .jobs import Batch, Job, JobResult
+from .logs import bind_attempt, configure_logging, job_context
+from .loop import RunTimedOut, process_loop
+from .metrics import record_cancelled, record_finished
+from .models import ModelCache
+from .results import ResultsStore
+from .run import Runtime, TransientModelError, failed_result, run_job
+from .task_events import turn_progress
+
+log = structlog.get_logger()
+configure_logging()
+
+LOOP_GRACE_S = 30  # the run cancels itself at its timeout; this outer wait only catches a stuck loop
+
+
+@dataclass
+class ProcessWorker:
+    settings: Settings
+    store: ResultsStore
+    runtime: Runtime
+
+
+_lock = threading.Lock()
+_current: tuple[int, ProcessWorker] | None = None
+
+
+def process_worker() -> ProcessWorker:
+    """One store, agent cache and model cache per worker process, made after any fork."""
+    global _current
+    with _lock:
+        if _current is None or _current[0] != os.getpid():
+            settings = get_settings()
+            signer = settings.signer()
+            store = ResultsStore.from_url(settings.redis_url, prefix=settings.key_prefix,
+                                          compress_over=settings.compress_over_bytes)
+            runtime = Runtime(
+                agents=AgentCache(signer=signer, corpora_dir=settings.corpora_dir),
+                models=ModelCache(allowlist=settings.model_allowlist),
+                signer=signer,
+            )
+            _current = (os.getpid(), ProcessWorker(settings, store, runtime))
+        return _current[1]
+
+
+def retry_delay(retries: int, retry_after: float | None, settings: Settings) -> float:
+    """The provider's Retry-After when it sent one; otherwise exponential backoff with jitter, so
+    workers that failed together do not retry together. Capped by retry_max_s, which the
+    visibility timeout already covers."""
+    if retry_after is not None:
+        return min(max(retry_after, 0.0), settings.retry_max_s)
+    delay = settings.retry_base_s * (2**retries)
+    return min(delay * random.uniform(0.8, 1.2), settings.retry_max_s)
+
+
+def _run(worker: ProcessWorker, job: Job, batch: Batch, attempts: int, started_at: datetime) -> JobResult:
+    timeout_s = min(batch.config.run.timeout_s, worker.settings.task_soft_limit_s)
+    return process_loop().run(
+        lambda: run_job(job, batch, worker.runtime, attempts=attempts, started_at=started_at, timeout_s=timeout_s,
+                        commit=turn_progress(job)),
+        timeout=timeout_s + LOOP_GRACE_S,
+    )
+
+
+@app.task(bind=True, name=ANSWER_JOB, max_retries=None)
+def answer_job(self, job_id: str) -> str:  # type: ignore[no-untyped-def]
+    worker = process_worker()
+    job = worker.store.load_job(job_id)
+    batch = worker.store.load_batch(job.batch_id) if job is not None else None
+    if job is None or batch is None:
+        log.error("job_missing", job_id=job_id)
+        return "missing"
+    with job_context(job, batch):
+        if worker.store.cancel_requested(batch.id):
+            if worker.store.mark_cancelled(job, total=batch.total):
+                record_cancelled(worker.store, job)
+            log.info("job_cancelled")
+            return "cancelled"
+        attempts = worker.store.begin_attempt(job)
+        bind_attempt(attempts)
+        started_at = datetime.now(UTC)
+        try:
+            result = _run(worker, job, batch, attempts, started_at)
+        except TransientModelError as exc:
+            if self.request.retries < batch.config.run.retries:
+                delay = retry_delay(self.request.retries, exc.retry_after, worker.settings)
+                worker.store.note_retry(job, delay_s=delay, error=str(exc))
+                log.warning("job_retrying", error=str(exc), delay_s=round(delay, 2), attempts=attempts)
+                raise self.retry(countdown=delay, max_retries=None) from None
+            result = failed_result(job, batch, exc, attempts=attempts, started_at=started_at)
+        except RunTimedOut as exc:
+            result = failed_result(job, batch, exc, attempts=attempts, started_at=started_at)
+        if worker.store.write_result(result, total=batch.total):
+            record_finished(worker.store, result)
+        turn = result.turns[-1] if result.turns else None
+        log.info(
+            "job_finished",
+            status=result.status,
+            error=result.error.type if result.error else None,
+            citation_status=turn.citation_status if turn else None,
+            redirects=turn.redirects if turn else None,
+            n_requests=turn.n_requests if turn else None,
+            attempts=result.attempts,
+            model=result.model,
+        )
+        return result.status
