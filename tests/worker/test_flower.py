@@ -1,0 +1,159 @@
+"""Flower against the real test Redis and a real worker: it sees the worker, shows each job's task
+by its `grounded.` name with readable arguments, and shows a conversation's turns as PROGRESS."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import pytest
+from fastapi import Request
+from fastapi.responses import JSONResponse
+
+from tests.conftest import REPO, RedisSpace, worker_env
+from tests.worker.conftest import FAKE_KEY, FAKE_KEY_ENV, PASSAGES, Cluster, question_config, settings_for
+from tests.worker.fake_openai import FakeOpenAI
+from worker.app import ANSWER_JOB, QUEUE
+from worker.embedded import free_port
+from worker.local import LocalWorker
+from worker.metrics import read_snapshot
+from worker.producer import Producer
+from worker.task_events import PROGRESS_STATE, progress_text, task_labels
+
+AUTH = ("ops", "flower-test-password")
+HOLD_S = 4.0
+
+
+class HoldingOpenAI(FakeOpenAI):
+    """The fake model, plus `[hold:ID]` in the newest user message: the first request for that turn
+    waits HOLD_S, so the test can look at Flower while a conversation is between turns."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.held: set[str] = set()
+
+    async def chat(self, request: Request) -> JSONResponse:
+        body = await request.json()
+        users = [m.get("content") for m in body.get("messages", []) if m.get("role") == "user"]
+        newest = users[-1] if users and isinstance(users[-1], str) else ""
+        for key in re.findall(r"\[hold:(\w+)\]", newest):
+            if key not in self.held:
+                self.held.add(key)
+                await asyncio.sleep(HOLD_S)
+        return await super().chat(request)
+
+
+@pytest.fixture
+def holding_openai() -> Iterator[HoldingOpenAI]:
+    server = HoldingOpenAI().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def flower_and_worker(redis_space: RedisSpace, data_dir: Path, tmp_path: Path,
+                      worker_process: Callable[..., LocalWorker]) -> Iterator[tuple[str, LocalWorker]]:
+    """`celery -A worker.app flower` with basic auth, configured only by the environment a worker gets."""
+    env = worker_env(redis_space, data_dir, **{FAKE_KEY_ENV: FAKE_KEY})
+    worker = worker_process(env, wait=False)
+    port = free_port()
+    log = tmp_path / "flower.log"
+    with log.open("wb") as handle:
+        flower = subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "worker.app", "flower", "--address=127.0.0.1", f"--port={port}",
+             f"--basic-auth={AUTH[0]}:{AUTH[1]}"],
+            cwd=REPO, env=env, stdout=handle, stderr=subprocess.STDOUT,
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert flower.poll() is None, log.read_text()
+            try:
+                if httpx2.get(f"{url}/healthcheck", timeout=1).status_code == 200:
+                    break
+            except httpx2.TransportError:
+                pass
+            assert time.monotonic() < deadline, log.read_text()
+            time.sleep(0.1)
+        worker.wait_ready()
+        yield url, worker
+    finally:
+        flower.terminate()
+        try:
+            flower.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            flower.kill()
+
+
+def api(url: str, path: str) -> Any:
+    response = httpx2.get(f"{url}{path}", auth=AUTH, timeout=10)
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def workers_seen(url: str, name: str, timeout: float = 20.0) -> dict:
+    """Flower applies inspect replies on its event loop after answering, so ask, then read again."""
+    deadline = time.monotonic() + timeout
+    workers = api(url, "/api/workers?refresh=1")
+    while name not in workers and time.monotonic() < deadline:
+        time.sleep(0.2)
+        workers = api(url, "/api/workers")
+    return workers
+
+
+def poll_task(url: str, task_id: str, until: Callable[[dict], bool], timeout: float = 30.0) -> dict:
+    deadline = time.monotonic() + timeout
+    seen: list[Any] = []
+    while time.monotonic() < deadline:
+        response = httpx2.get(f"{url}/api/task/info/{task_id}", auth=AUTH, timeout=5)
+        if response.status_code == 200:
+            info = response.json()
+            seen.append(info.get("state"))
+            if until(info):
+                return info
+        time.sleep(0.1)
+    raise AssertionError(f"task {task_id} never matched; states seen: {seen[-10:]}")
+
+
+def test_flower_shows_the_worker_and_a_conversation_task_with_its_progress(
+    flower_and_worker: tuple[str, LocalWorker], redis_space: RedisSpace, data_dir: Path,
+    holding_openai: HoldingOpenAI,
+) -> None:
+    url, worker = flower_and_worker
+    assert httpx2.get(f"{url}/api/workers", timeout=5).status_code == 401   # basic auth guards the API
+    assert worker.name in workers_seen(url, worker.name)
+
+    producer = Producer(settings_for(redis_space, data_dir))
+    cluster = Cluster(redis_space, worker, producer)
+    config = question_config(PASSAGES, model="fake-model",
+                             endpoint={"base_url": holding_openai.base_url, "api_key_env": FAKE_KEY_ENV})
+    turns = ["When does the observatory open?", "[hold:fl1] And when does it close on Sundays?"]
+    batch_id = cluster.submit([{"custom_id": "conv-1", "turns": turns}], config)
+    [job_id] = cluster.store.job_ids(batch_id)
+    job = cluster.store.load_job(job_id)
+    assert job is not None
+    labels = task_labels(job)
+
+    between_turns = poll_task(url, job_id, lambda info: info["state"] == PROGRESS_STATE)
+    assert between_turns["result"] == progress_text(1, 2)
+    assert (between_turns["name"], between_turns["args"], between_turns["kwargs"]) == (
+        ANSWER_JOB, labels["argsrepr"], labels["kwargsrepr"])
+    assert "'custom_id': 'conv-1'" in between_turns["kwargs"] and batch_id in between_turns["kwargs"]
+    assert read_snapshot(cluster.store, [QUEUE], time.time()).reserved == 1   # taken, not yet acknowledged
+
+    finished = poll_task(url, job_id, lambda info: info["state"] == "SUCCESS")
+    assert cluster.wait(batch_id).succeeded == 1
+    assert finished["name"].startswith("grounded.") and finished["worker"] == worker.name
+    assert finished["result"] == repr("succeeded")
+
+    listed = api(url, "/api/tasks?limit=20")
+    assert listed[job_id]["name"] == ANSWER_JOB and listed[job_id]["state"] == "SUCCESS"
+    producer.app.close()
