@@ -19,6 +19,7 @@ _SAFE = "/#:-._"
 _SIG = r"[0-9a-f]{32}"
 _PICTURE_TAG = re.compile(rf"\[evidence-image v1 cap=(\S+?) doc=(\S+?) ref=(\S+?) sig=({_SIG})\]")
 _REDIRECT_TAG = re.compile(rf"\[cite-request v1 q=(\d+) sig=({_SIG})\]")
+_ANY_TAG = re.compile(r"\[(?:evidence-image|cite-request) v1\b")
 
 
 def _encode(value: str) -> str:
@@ -116,3 +117,9 @@ def is_our_redirect(signer: TagSigner, text: str, conversation_id: str | None, q
         if int(q) == question and signer.verifies(sig, "cite-request", "v1", conversation_id or "", q):
             return True
     return False
+
+
+def has_machine_tag(text: str) -> bool:
+    """Tag-shaped text, signed or not. Only the host writes tags, so a host can refuse any text a
+    client sends with one (the trust boundary) instead of relying on verification alone."""
+    return _ANY_TAG.search(text) is not None

@@ -19,6 +19,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, Field
 from starlette.concurrency import run_in_threadpool
 
+from .api_guards import install_guards
 from .config import Settings, get_settings
 from .jobs import Batch, Job
 from .metrics import router as metrics_router
@@ -206,11 +207,14 @@ def create_api(settings: Settings | None = None, *, producer: Producer | None = 
                   description="Submit question batches; read answers with their citation outcomes.")
     api.state.settings = settings
     api.state.producer = producer or Producer(settings)
+    install_guards(api, max_request_bytes=settings.max_request_bytes)
     api.include_router(health)
     api.include_router(metrics_router)
     api.include_router(batches, dependencies=[Depends(current_caller)])
     api.include_router(jobs, dependencies=[Depends(current_caller)])
-    from .report_api import reports  # report_api builds on this module's dependencies
+    from .conversations_api import conversations  # these routers build on this module's dependencies
+    from .report_api import reports
 
     api.include_router(reports, dependencies=[Depends(current_caller)])
+    api.include_router(conversations, dependencies=[Depends(current_caller)])
     return api

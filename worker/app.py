@@ -53,8 +53,8 @@ def create_app(settings: Settings) -> Celery:
             "visibility_timeout": settings.visibility_timeout_s,
             # kombu 5.7 sweeps for expired unacked jobs every interval * throttle seconds (~100 s by
             # default); every 5 s makes recovery after a lost worker about visibility_timeout + 5 s
-            "unacked_restore_interval": 5,
-            "unacked_restore_throttle": 1,
+            "unacked_restore_interval": settings.unacked_restore_interval_s,
+            "unacked_restore_throttle": settings.unacked_restore_throttle,
             # every broker key under our prefix, beside the results store's keys
             "global_keyprefix": settings.key_prefix,
         },

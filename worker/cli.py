@@ -153,6 +153,51 @@ def cancel(batch_id: str) -> None:
 
 
 @app.command()
+def ask(
+    question: Annotated[str, typer.Argument(help="the user's next question")],
+    conversation: Annotated[str, typer.Option("--conversation", help="the conversation id (its first job's id)")],
+    config: Annotated[
+        Path | None, typer.Option(help="job config; default: the conversation's own", exists=True, dir_okay=False)
+    ] = None,
+    tenant: Annotated[str | None, typer.Option(help="tenant the conversation belongs to")] = None,
+    wait: Annotated[bool, typer.Option("--wait/--no-wait", help="wait for the answer and print it")] = True,
+    timeout: Annotated[float, typer.Option(help="seconds --wait waits")] = 600.0,
+) -> None:
+    """Add a turn to a stored conversation: it runs with the conversation's history, state and
+    capabilities, after any turn already queued for it."""
+    from .conversations import CompositionMismatch, ConversationNotFound
+    from .jobs import JobLineError
+
+    producer = _producer()
+    try:
+        job = producer.follow_up(conversation, question, tenant=tenant or producer.settings.cli_tenant,
+                                 config=config.read_text() if config else None)
+    except (ConversationNotFound, CompositionMismatch) as exc:
+        err.print(f"[red]{exc}[/]")
+        raise typer.Exit(1) from None
+    except JobLineError as exc:
+        err.print(f"[red]{exc.problem}[/]")
+        raise typer.Exit(1) from None
+    console.print(f"job [bold]{job.id}[/] queued on conversation {conversation}")
+    if not wait:
+        return
+    deadline = time.monotonic() + timeout
+    while (result := producer.store.load_result(job.id)) is None:
+        if time.monotonic() > deadline:
+            err.print(f"[yellow]no answer after {timeout:g} s; `grounded results {job.batch_id}` shows it later[/]")
+            raise typer.Exit(3)
+        time.sleep(0.3)
+    if result.status == "failed" or not result.turns:
+        err.print(f"[red]failed[/]: {result.error.message if result.error else 'no answer'}")
+        raise typer.Exit(1)
+    turn = result.turns[-1]
+    console.print(str(turn.answer))
+    console.print(f"[bold]{turn.citation_status}[/] (question {turn.question_identity})")
+    for cited in turn.cited:
+        console.print(f"  [{cited.chunk_id}] {cited.document_title or cited.document_uri}")
+
+
+@app.command()
 def worker(
     concurrency: Annotated[
         int | None, typer.Option("-c", "--concurrency", help="jobs at once (default GROUNDED_CONCURRENCY)")

@@ -26,7 +26,11 @@ class BatchRejected(APIError):
 
 
 class NotFound(APIError):
-    """404: no such batch or job for this token's tenant."""
+    """404: no such batch, job or conversation for this token's tenant."""
+
+
+class Conflict(APIError):
+    """409: a follow-up's config differs from its conversation's composition (H3); nothing was queued."""
 
 
 class GroundedClient:
@@ -50,7 +54,7 @@ class GroundedClient:
             detail = response.json().get("detail")
         except ValueError:
             detail = response.text
-        kind = {422: BatchRejected, 404: NotFound}.get(response.status_code, APIError)
+        kind = {422: BatchRejected, 404: NotFound, 409: Conflict}.get(response.status_code, APIError)
         raise kind(response.status_code, detail)
 
     def submit(self, lines: Iterable[Mapping[str, Any] | str], config: Mapping[str, Any] | str, *,
@@ -88,6 +92,19 @@ class GroundedClient:
 
     def job(self, job_id: str) -> dict[str, Any]:
         return self._check(self.http.get(f"/v1/jobs/{job_id}")).json()
+
+    def follow_up(self, conversation_id: str, question: str, *, config: Mapping[str, Any] | str | None = None,
+                  custom_id: str | None = None, metadata: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """One more user turn on a stored conversation; returns its job and batch ids."""
+        body: dict[str, Any] = {"question": question}
+        for key, value in (("config", config), ("custom_id", custom_id), ("metadata", metadata)):
+            if value is not None:
+                body[key] = value
+        return self._check(self.http.post(f"/v1/conversations/{conversation_id}/turns", json=body)).json()
+
+    def conversation(self, conversation_id: str, *, wire: bool = False) -> dict[str, Any]:
+        params = {"wire": "true"} if wire else {}
+        return self._check(self.http.get(f"/v1/conversations/{conversation_id}", params=params)).json()
 
     def wait(self, batch_id: str, *, timeout: float = 600.0, poll: float = 0.5) -> dict[str, Any]:
         """Polls until the batch is completed or cancelled; raises TimeoutError otherwise."""

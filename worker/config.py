@@ -59,7 +59,14 @@ class Settings(BaseSettings):
     retry_base_s: float = Field(default=2.0, gt=0)  # transient model errors back off from here...
     retry_max_s: float = Field(default=60.0, gt=0)  # ...up to here, also when the provider asks for longer
     redelivery_margin_s: int = Field(default=300, ge=0)  # how much longer than a job Redis waits before redelivery
+    # kombu sweeps for expired unacked jobs every interval * throttle seconds; a lost worker's jobs
+    # come back about visibility_timeout_s + that later (API-NOTES §3)
+    unacked_restore_interval_s: int = Field(default=5, ge=1)
+    unacked_restore_throttle: int = Field(default=1, ge=1)
+    # a job whose worker died under it this many times is failed, not redelivered again (a poison job)
+    max_worker_losses: int = Field(default=5, ge=1)
     max_batch_lines: int = Field(default=100_000, ge=1)
+    max_request_bytes: int = Field(default=64 * 1024 * 1024, ge=1024)  # the API refuses larger bodies (413)
     compress_over_bytes: int = Field(default=16_384, ge=0)  # results larger than this are stored compressed
 
     @field_validator("tag_keys", mode="before")

@@ -1,8 +1,8 @@
 """`grounded demo`: the whole path on one machine with nothing installed but this package.
 
 Embedded Redis (or GROUNDED_REDIS_URL), the sample corpus ingested into a temporary data dir, a
-real worker process, the sample batch with the offline extractive model, a progress bar, the
-results table and the JSONL file.
+real worker process, the sample batch with the offline extractive model (one conversation among
+the questions), a progress bar, the results table, the conversation's turns and the JSONL file.
 """
 
 from __future__ import annotations
@@ -19,8 +19,11 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from capabilities.capsule import CAPSULE_HEADER
+from capabilities.compaction import RECEIPT
+
 from .config import Settings
-from .jobs import JobResult
+from .jobs import JobResult, TurnResult
 from .local import REPO, start_local_worker
 from .producer import Producer
 from .results import BatchProgress, ResultsStore
@@ -65,6 +68,7 @@ def follow(store: ResultsStore, batch_id: str, console: Console, *, timeout: flo
 
 
 def results_table(results: list[JobResult]) -> Table:
+    """One row per answered question; a conversation's turns are labelled with their position."""
     table = Table(title="Results", show_lines=True, expand=True)
     table.add_column("question", ratio=3)
     table.add_column("status", no_wrap=True)
@@ -76,11 +80,38 @@ def results_table(results: list[JobResult]) -> Table:
             error = result.error.message if result.error else "failed"
             table.add_row(result.custom_id, "[red]failed[/]", "", error)
             continue
-        turn = result.turns[-1]
-        style = styles[turn.citation_status]
-        cited = "\n".join(f"[{c.chunk_id[:8]}] {c.document_title or c.document_uri}" for c in turn.cited)
-        status = f"[{style}]{turn.citation_status}[/]" + (f"\n{turn.redirects} redirect(s)" if turn.redirects else "")
-        table.add_row(turn.question_text, status, cited or "—", str(turn.answer))
+        for k, turn in enumerate(result.turns, start=1):
+            style = styles[turn.citation_status]
+            cited = "\n".join(f"[{c.chunk_id[:8]}] {c.document_title or c.document_uri}" for c in turn.cited)
+            status = f"[{style}]{turn.citation_status}[/]" + (f"\n{turn.redirects} redirect(s)" if turn.redirects else "")
+            label = "" if result.kind == "question" else f"{result.custom_id} turn {k}: "
+            table.add_row(label + turn.question_text, status, cited or "—", str(turn.answer))
+    return table
+
+
+def earlier_evidence(turn: TurnResult) -> str:
+    """What the turn's first request carried of earlier turns' search output: with the compactor,
+    one capsule of what was cited and receipts for the rest; without it, every result in full."""
+    returns = [part.get("content") for message in (turn.wire[0] if turn.wire else []) if message["kind"] == "request"
+               for part in message["parts"]
+               if part["part_kind"] == "tool-return" and not str(part.get("tool_name")).endswith("_cite")]
+    capsules = sum(isinstance(r, str) and r.startswith(CAPSULE_HEADER) for r in returns)
+    receipts = sum(r == RECEIPT for r in returns)
+    counts = ((capsules, "capsule"), (receipts, "receipt(s)"), (len(returns) - capsules - receipts, "full result(s)"))
+    return ", ".join(f"{n} {what}" for n, what in counts if n) or "—"
+
+
+def conversation_table(result: JobResult) -> Table:
+    compactor = "compactor registered" if result.compactor_registered else "no compactor"
+    table = Table(title=f"Conversation {result.custom_id} ({compactor})", show_lines=False, expand=True)
+    table.add_column("turn", justify="right", no_wrap=True)
+    table.add_column("question", ratio=3)
+    table.add_column("identity", justify="right", no_wrap=True)
+    table.add_column("requests", justify="right", no_wrap=True)
+    table.add_column("earlier evidence sent to the model", ratio=2)
+    for k, turn in enumerate(result.turns, start=1):
+        table.add_row(str(k), turn.question_text, str(turn.question_identity), str(turn.n_requests),
+                      earlier_evidence(turn))
     return table
 
 
@@ -120,11 +151,14 @@ def run_demo(*, questions: Path, config: Path, corpus_dir: Path, output: Path, c
             producer.store.delete_prefix()  # the demo's keys; its results are in the JSONL file
             producer.app.close()
     console.print(results_table(results))
+    for result in results:
+        if result.kind != "question" and result.turns:
+            console.print(conversation_table(result))
     output.parent.mkdir(parents=True, exist_ok=True)
     with output.open("w") as handle:
         for result in results:
             handle.write(result.model_dump_json() + "\n")
-    counts = {s: sum(1 for r in results if r.turns and r.turns[-1].citation_status == s)
+    counts = {s: sum(t.citation_status == s for r in results for t in r.turns)
               for s in ("grounded", "ungrounded", "missing")}
     console.print(f"{final.succeeded} succeeded, {final.failed} failed; "
                   + ", ".join(f"{n} {s}" for s, n in counts.items()))

@@ -17,6 +17,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic_ai.agent.spec import AgentSpec
 
+from capabilities.tags import has_machine_tag
+
 from .composition import Composition, CompositionError, read_composition
 
 JobKind = Literal["question", "conversation", "follow_up"]
@@ -134,6 +136,7 @@ class JobSpec(BaseModel):
     question: str | None = None
     turns: list[str] = Field(default_factory=list)
     metadata: dict[str, Any] = Field(default_factory=dict)
+    conversation_id: str | None = None  # a follow_up's stored conversation; set by the store otherwise
 
     def prompts(self) -> list[str]:
         """One prompt per question the job asks, in order (one for a `question` job)."""
@@ -143,7 +146,6 @@ class JobSpec(BaseModel):
 class Job(JobSpec):
     id: str
     batch_id: str
-    conversation_id: str | None = None
 
 
 class Batch(BaseModel):
@@ -242,6 +244,9 @@ def _text(value: Any, what: str) -> str:
         raise ValueError(f"{what} must be a non-empty string")
     if len(value) > MAX_TEXT:
         raise ValueError(f"{what} is longer than {MAX_TEXT} characters")
+    if has_machine_tag(value):
+        raise ValueError(f"{what} contains a machine tag ([cite-request ...] or [evidence-image ...]); only the "
+                         "worker writes those, so a producer's text may not carry one")
     return value
 
 
@@ -322,6 +327,9 @@ def parse_line(line_no: int, data: Any) -> JobSpec:
         turns = data["turns"]
         if not isinstance(turns, list) or not turns:
             raise ValueError("turns must be a non-empty list of strings")
+        if not all(isinstance(t, str) for t in turns):
+            raise ValueError("turns are the user's questions, as strings; answers, tool calls and evidence "
+                             "state are never accepted as history (the worker keeps a conversation's history)")
         return JobSpec(line_no=line_no, custom_id=custom_id, kind="conversation",
                        turns=[_text(t, f"turns[{i}]") for i, t in enumerate(turns)], metadata=metadata)
     except ValidationError as exc:

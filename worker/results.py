@@ -32,6 +32,10 @@ JOB_KEY = "job:{job_id}"
 JOB_ATTEMPTS_KEY = "job:{job_id}:attempts"  # one INCR per start, redeliveries included
 RESULT_KEY = "result:{job_id}"
 TENANT_BATCHES_KEY = "tenant:{tenant}:batches"  # sorted by submission time
+CONVERSATION_KEY = "conversation:{conversation_id}"  # hash: meta, messages, state, version (conversations.py)
+CONVERSATION_TURNS_KEY = "conversation:{conversation_id}:turns"  # committed turns, in order
+CONVERSATION_JOBS_KEY = "conversation:{conversation_id}:jobs"  # its jobs in submission order (they run in it)
+CONVERSATION_LOCK_KEY = "conversation:{conversation_id}:lock"  # one job at a time (H5)
 
 EVENTS_MAXLEN = 100_000
 _COMPRESSED = b"z:"
@@ -152,8 +156,8 @@ class ResultsStore:
         jobs = []
         for spec in report.jobs:
             job_id = new_id("job")
-            conversation_id = job_id if spec.kind != "question" else None
-            jobs.append(Job(**spec.model_dump(), id=job_id, batch_id=batch.id, conversation_id=conversation_id))
+            conversation_id = spec.conversation_id or (job_id if spec.kind != "question" else None)
+            jobs.append(Job(**{**spec.model_dump(), "conversation_id": conversation_id}, id=job_id, batch_id=batch.id))
         with self.redis.pipeline(transaction=True) as pipe:
             pipe.set(self.key(BATCH_KEY, batch_id=batch.id), batch.model_dump_json())
             for start in range(0, len(jobs), 1000):

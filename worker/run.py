@@ -2,8 +2,8 @@
 
 A question job is one turn with no history. A conversation is the same loop over its turns,
 carrying one `deps.state` dict and one message history from turn to turn (H11); `commit` is where a
-stored conversation would checkpoint them (compare-and-set), so a redelivered job resumes at the
-next turn. A turn that fails commits nothing.
+stored conversation checkpoints them (compare-and-set, conversation_jobs.py), so a redelivered job
+resumes at the next turn. A turn that fails commits nothing.
 """
 
 from __future__ import annotations
@@ -42,10 +42,11 @@ _TRANSIENT_STATUS = frozenset({408, 425, 429})
 class TransientModelError(Exception):
     """H6. The provider may answer if asked again later; the job is re-run from its last commit."""
 
-    def __init__(self, cause: BaseException) -> None:
+    def __init__(self, cause: BaseException, committed: Checkpoint | None = None) -> None:
         super().__init__(f"{type(cause).__name__}: {cause}")
         self.cause = cause
         self.retry_after: float | None = getattr(cause, "retry_after", None)
+        self.committed = committed  # what earlier turns committed, for a result once retries run out
 
 
 def is_transient(exc: BaseException) -> bool:
@@ -190,7 +191,7 @@ async def run_job(
             built = runtime.agents.get(config, job.kind)
             model = runtime.models.get(config)
             for prompt in job.prompts()[len(checkpoint.turns) :]:
-                checkpoint = await run_turn(
+                answered = await run_turn(
                     built,
                     model,
                     prompt=prompt,
@@ -199,10 +200,11 @@ async def run_job(
                     request_limit=config.run.request_limit,
                     signer=runtime.signer,
                 )
-                await commit(checkpoint)
+                await commit(answered)
+                checkpoint = answered  # a result reports only what was committed
     except ModelAPIError as exc:
         if is_transient(exc):
-            raise TransientModelError(exc) from exc
+            raise TransientModelError(exc, checkpoint) from exc
         return failed_result(job, batch, exc, attempts=attempts, started_at=started_at, built=built,
                              checkpoint=checkpoint)
     except TimeoutError as exc:

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import structlog
-from celery import Celery, current_task
+from celery import Celery, Task
+from kombu.exceptions import KombuError
+from redis import RedisError
 
 from .jobs import Job
 
@@ -52,7 +54,7 @@ class ProgressSender:
             with self.app.events.default_dispatcher(hostname=self.hostname) as dispatcher:
                 dispatcher.send(PROGRESS_EVENT, uuid=self.task_id, turns_done=done, turns=self.total,
                                 result=progress_text(done, self.total))
-        except Exception as exc:  # noqa: BLE001
+        except (OSError, KombuError, RedisError) as exc:
             log.warning("progress_event_not_sent", error=type(exc).__name__)
 
 
@@ -60,13 +62,12 @@ async def _nothing(checkpoint: Checkpoint) -> None:
     """A question job has nothing to resume and one turn is no progress to show."""
 
 
-def turn_progress(job: Job, then: Commit = _nothing) -> Commit:
-    """Call in the task's thread (Celery's request is thread-local); returns the commit to give
-    `run_job`, which runs on the process's event loop. `then` is the commit it wraps."""
-    task: Any = current_task
-    request = task.request if task else None
+def turn_progress(task: Task, job: Job, then: Commit = _nothing) -> Commit:
+    """The commit to give `run_job` (which runs on the process's event loop): `then`, followed by a
+    progress event. Built in the task's thread from the bound task, whose request is thread-local."""
+    request = task.request
     total = len(job.prompts())
-    if total < 2 or request is None or not request.id or not request.hostname:
+    if total < 2 or not request.id or not request.hostname:
         return then
     sender = ProgressSender(task.app, request.id, request.hostname, total)
 

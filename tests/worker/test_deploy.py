@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-import click
 import pytest
 import typer.main
 import yaml
@@ -35,10 +34,9 @@ OTHER_ENV = {"FLOWER_BASIC_AUTH", "VLLM_API_KEY", "OPENAI_API_KEY"}  # read by F
 
 
 @cache
-def cli() -> click.Group:
-    group = typer.main.get_command(cli_app)
-    assert isinstance(group, click.Group)
-    return group
+def cli() -> Any:
+    """The click group typer builds: its `.commands` are what `grounded` accepts."""
+    return typer.main.get_command(cli_app)
 
 
 def setting_names() -> set[str]:
@@ -66,10 +64,16 @@ def option_value(argv: list[str], option: str) -> str | None:
     return None
 
 
+def unwrap_shell(argv: list[str]) -> list[str]:
+    """`sh -c "exec ..."` (used where a variable must be checked before the program starts)."""
+    if argv[:2] == ["sh", "-c"] and len(argv) == 3:
+        return shlex.split(argv[2].removeprefix("exec "))
+    return argv
+
+
 def check_command(argv: list[str]) -> str:
     """A `grounded ...` or `celery -A worker.app flower ...` command line; returns which role it is."""
-    if argv[:3] == ["sh", "-c", argv[2] if len(argv) > 2 else ""] and len(argv) == 3:
-        argv = shlex.split(argv[2].removeprefix("exec "))
+    argv = unwrap_shell(argv)
     if argv[0] == "grounded":
         command = cli().commands.get(argv[1])
         assert command is not None, f"`grounded {argv[1]}` is not a command; have {sorted(cli().commands)}"
@@ -85,9 +89,7 @@ def check_command(argv: list[str]) -> str:
 
 
 def port_of(argv: list[str]) -> int:
-    if argv[:2] == ["sh", "-c"]:
-        argv = shlex.split(argv[2].removeprefix("exec "))
-    text = option_value(argv, "--port") or ""
+    text = option_value(unwrap_shell(argv), "--port") or ""
     match = re.fullmatch(r"(\d+)|\$\{\w+:-(\d+)\}", text)
     assert match, f"no port in {argv}"
     return int(match.group(1) or match.group(2))
@@ -112,7 +114,7 @@ def test_procfile_has_web_worker_and_flower_running_real_commands() -> None:
     roles = {name: check_command(shlex.split(command)) for name, command in entries.items()}
     assert roles == {"web": "api", "worker": "worker", "flower": "flower"}
     assert port_of(shlex.split(entries["web"])) == API_PORT
-    assert port_of(shlex.split(entries["flower"].replace("FLOWER_PORT", "FLOWER_PORT"))) == FLOWER_PORT
+    assert port_of(shlex.split(entries["flower"])) == FLOWER_PORT
     assert shlex.split(entries["worker"]) == ["grounded", "worker"], "workers run with the project's defaults"
 
 
@@ -229,7 +231,7 @@ def manifests() -> list[dict[str, Any]]:
 
 
 def find(kind: str, name: str) -> dict[str, Any]:
-    [doc] = [d for d in manifests() if d["kind"] == kind and d["metadata"]["name"] == name]
+    [doc] = [d for d in manifests() if d["kind"] == kind and d.get("metadata", {}).get("name") == name]
     return doc
 
 
@@ -243,7 +245,7 @@ def container(deployment: str) -> dict[str, Any]:
 
 
 def test_k8s_has_every_part() -> None:
-    kinds = {(d["kind"], d["metadata"]["name"]) for d in manifests()}
+    kinds = {(d["kind"], d.get("metadata", {}).get("name")) for d in manifests()}
     assert {
         ("Deployment", "grounded-api"), ("Service", "grounded-api"),
         ("Deployment", "grounded-worker"), ("PodDisruptionBudget", "grounded-worker"),
@@ -255,7 +257,7 @@ def test_k8s_has_every_part() -> None:
     listed = set(kustomization["resources"])
     assert all((K8S / name).is_file() for name in listed)
     assert "secret.example.yaml" not in listed, "the template must be filled in, not applied"
-    assert "managed Redis" in (K8S / "redis.yaml").read_text()
+    assert "Managed Redis instead" in (K8S / "redis.yaml").read_text()
 
 
 def test_k8s_env_names_are_settings_and_secrets_come_from_the_template() -> None:
@@ -350,3 +352,14 @@ def test_every_k8s_file_parses_into_named_objects(path: str) -> None:
     docs = [d for d in yaml.safe_load_all((K8S / path).read_text()) if d]
     assert docs and all(d.get("apiVersion") and d.get("kind") for d in docs)
     assert all(d["metadata"].get("name") for d in docs if d["kind"] != "Kustomization")
+
+
+def test_operations_doc_names_only_real_settings_and_commands() -> None:
+    text = (REPO / "docs" / "operations.md").read_text()
+    names = set(re.findall(r"GROUNDED_[A-Z_]+[A-Z]", text)) - {"GROUNDED_"}
+    assert names and names <= setting_names(), sorted(names - setting_names())
+    commands = set(re.findall(r"`grounded (\w+)", text))
+    assert commands and commands <= set(cli().commands), sorted(commands - set(cli().commands))
+    for section in ("## Scale", "## Upgrade and drain workers", "## Rotate tag keys", "## Rotate API tokens",
+                    "## Back up Redis", "## Dashboards"):
+        assert section in text
