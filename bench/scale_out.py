@@ -16,7 +16,6 @@ Run: `.venv/bin/python -m bench.scale_out`.
 from __future__ import annotations
 
 import os
-import time
 from pathlib import Path
 from typing import Any
 
@@ -106,13 +105,7 @@ def run() -> list[dict[str, Any]]:
     ]
 
 
-def main() -> None:
-    from bench.table import markdown_table
-
-    start = time.perf_counter()
-    print(markdown_table(run()))
-    print(f"\ntotal {time.perf_counter() - start:.0f} s")
-
-
 if __name__ == "__main__":
-    main()
+    from bench.table import print_run
+
+    print_run(run)

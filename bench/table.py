@@ -8,7 +8,8 @@ already returns), plus `better` ("lower" or "higher") for goals that are floors,
 from __future__ import annotations
 
 import statistics
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 Better = Literal["lower", "higher"]
@@ -87,3 +88,10 @@ def markdown_table(rows: Sequence[dict[str, Any]], *, notes: bool = True) -> str
 
 def median(values: Sequence[float]) -> float:
     return statistics.median(values)
+
+
+def print_run(run: Callable[[], Sequence[dict[str, Any]]]) -> None:
+    """Run one benchmark module on its own (`python -m bench.NAME`) and print its rows."""
+    start = time.perf_counter()
+    print(markdown_table(run()))
+    print(f"\ntotal {time.perf_counter() - start:.0f} s")
