@@ -287,7 +287,7 @@ async def test_P2_policy_without_evidence_capabilities_leaves_every_answer(deps)
 # P3 / R7 --------------------------------------------------------------------------------------------
 
 
-async def test_P3_a_structured_answer_is_redirected_not_only_recorded(corpus, deps):
+async def test_P3_R7_a_structured_answer_is_redirected_not_only_recorded(corpus, deps):
     """R7: the redirect itself is asserted, since the backstop alone would also record a violation."""
     model = ScriptedModel([respond(ps("masks")), respond(final_result("o1")), respond(final_result("o2"))])
     ag = agent(model, create_passages(corpus, SIGNER), create_policy(SIGNER), output_type=Answer)
@@ -414,7 +414,7 @@ async def test_P6_a_withdrawn_cite_tool_is_not_named_in_the_redirect(corpus, dep
 # P8 / R1 / R5 ---------------------------------------------------------------------------------------
 
 
-async def test_P8_a_resumed_question_is_redirected_once_across_both_runs(corpus, deps):
+async def test_P8_R5_a_resumed_question_is_redirected_once_across_both_runs(corpus, deps):
     """R5: the run instance is new after the pause; only the history remembers the redirect."""
     first = ScriptedModel([respond(ps("masks")), respond("uncited"), respond(ext())])
     paused = await run(
@@ -507,7 +507,7 @@ async def test_P12_the_key_is_published_before_the_first_request(corpus, deps):
     assert seen == [{"violations": []}]
 
 
-async def test_P12_a_stateless_host_with_nowhere_to_record_still_gets_its_answer(corpus, monkeypatch):
+async def test_P12_R42_a_stateless_host_with_nowhere_to_record_still_gets_its_answer(corpus, monkeypatch):
     """R42."""
     disable_citing(monkeypatch)
     deps = StatelessDeps()
@@ -529,7 +529,7 @@ async def test_P12_a_stateless_host_is_still_redirected(corpus):
 # P10 / R8 / R9 / R35 ----------------------------------------------------------------------------------
 
 
-async def test_P10_asked_once_and_still_undeclared_is_recorded(corpus, deps):
+async def test_P10_R9_asked_once_and_still_undeclared_is_recorded(corpus, deps):
     """R9."""
     model = ScriptedModel([respond(ps("masks")), respond("uncited"), respond("still uncited")])
     result = await run(agent(model, create_passages(corpus, SIGNER), create_policy(SIGNER)), deps=deps)
@@ -538,7 +538,7 @@ async def test_P10_asked_once_and_still_undeclared_is_recorded(corpus, deps):
     assert violations(deps) == [0]
 
 
-async def test_P10_a_paused_run_is_not_a_violation_and_its_resumption_may_declare(corpus, deps):
+async def test_P10_R35_a_paused_run_is_not_a_violation_and_its_resumption_may_declare(corpus, deps):
     """R35."""
     def deferred_agent(model):
         return agent(model, create_passages(corpus, SIGNER), create_policy(SIGNER), toolsets=[host_tools()],
@@ -561,7 +561,7 @@ async def test_P10_a_paused_run_is_not_a_violation_and_its_resumption_may_declar
 
 
 @pytest.mark.parametrize("output", [PromptedOutput(Answer), NativeOutput(Answer)], ids=["prompted", "native"])
-async def test_P10_a_structured_text_answer_beside_a_cite_under_early_is_caught_by_the_backstop(corpus, deps, output):
+async def test_P10_R8_a_structured_text_answer_beside_a_cite_under_early_is_caught_by_the_backstop(corpus, deps, output):
     """R8, F16: under 'early' the structured text ends the run and the cite beside it is skipped;
     `after_model_request` saw a function call and did not decide, so only `after_run` can record it."""
     model = ScriptedModel([respond(ps("masks")), respond('{"text": "a"}', pc("c-1"))])

@@ -174,7 +174,7 @@ def poking_agent() -> Agent:
     return agent
 
 
-async def test_H4a_a_failed_run_commits_nothing(conversations: ConversationStore) -> None:
+async def test_H4a_R17_a_failed_run_commits_nothing(conversations: ConversationStore) -> None:
     runtime = runtime_for(poking_agent(), FunctionModel(poke_then_fail))
     start, batch = job_of("conversation", ["hello"], conversation_id="conv-h4a", job_id="conv-h4a")
     first = await run_conversation_job(start, batch, runtime, conversations)
@@ -191,7 +191,7 @@ async def test_H4a_a_failed_run_commits_nothing(conversations: ConversationStore
     assert failed.turns == [] and history_questions(stored.messages) == ["hello"]
 
 
-async def test_H4b_state_committed_without_its_messages_makes_the_next_search_append_only() -> None:
+async def test_H4b_R17_C15_state_committed_without_its_messages_makes_the_next_search_append_only() -> None:
     """The regression H4 prevents, simulated by a host that keeps a failed run's state but not its
     messages: the next turn continues the unfinished question 4 (L3) and its first search is refused."""
     corpus = FakeCorpus()
