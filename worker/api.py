@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Annotated, Any
 
 import redis
-from fastapi import APIRouter, Depends, FastAPI, HTTPException, Request, status
+from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request, status
 from fastapi.responses import JSONResponse, StreamingResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, Field
@@ -129,7 +129,9 @@ async def submit_batch(request: Request, producer: ProducerDep, caller: CallerDe
 
 
 @batches.get("")
-def list_batches(producer: ProducerDep, caller: CallerDep, limit: int = 100) -> list[dict[str, Any]]:
+def list_batches(
+    producer: ProducerDep, caller: CallerDep, limit: Annotated[int, Query(ge=1, le=1000)] = 100
+) -> list[dict[str, Any]]:
     out = []
     for batch_id in producer.store.tenant_batches(caller.tenant, limit=limit):
         progress = producer.store.progress(batch_id)
@@ -161,7 +163,10 @@ def get_results(batch: OwnedBatch, producer: ProducerDep) -> StreamingResponse:
 
 @batches.get("/{batch_id}/events", responses=_NOT_FOUND)
 def get_events(
-    batch: OwnedBatch, producer: ProducerDep, after: str | None = None, count: int = 1000
+    batch: OwnedBatch,
+    producer: ProducerDep,
+    after: Annotated[str | None, Query(pattern=r"^\d{1,20}(-\d{1,20})?$", description="an event id")] = None,
+    count: Annotated[int, Query(ge=1, le=10_000)] = 1000,
 ) -> list[dict[str, Any]]:
     return [{"id": eid, **fields} for eid, fields in producer.store.events(batch.id, after=after, count=count)]
 

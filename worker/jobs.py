@@ -20,12 +20,14 @@ from pydantic_ai.agent.spec import AgentSpec
 from capabilities.tags import has_machine_tag
 
 from .composition import Composition, CompositionError, read_composition
+from .config import Settings
 
 JobKind = Literal["question", "conversation", "follow_up"]
 CONFIG_LINE = 0  # JobLineError.line_no for problems with the batch's config rather than a line
 MAX_TEXT = 32_000
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_WORKER_SETTINGS = frozenset(f"GROUNDED_{name.upper()}" for name in Settings.model_fields)
 _AGENT_KEYS = frozenset(f.alias or name for name, f in AgentSpec.model_fields.items()) | {"$schema"}
 
 
@@ -62,6 +64,9 @@ class Endpoint(BaseModel):
     def _env(cls, value: str | None) -> str | None:
         if value is not None and not _ENV_NAME.match(value):
             raise ValueError(f"api_key_env {value!r} must be an environment variable name, not a key")
+        if value is not None and value.upper() in _WORKER_SETTINGS:
+            raise ValueError(f"api_key_env {value!r} names one of the worker's own settings; the job chooses "
+                             "base_url, so that value would be sent to whatever server it names")
         return value
 
 
@@ -121,7 +126,10 @@ class JobConfig(BaseModel):
         """YAML or JSON (JSON is YAML)."""
         import yaml
 
-        data = yaml.safe_load(text)
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as exc:  # a submitter's typo is a 422 naming the problem, not a crash
+            raise ValueError(f"the config is not valid YAML or JSON: {exc}") from None
         if not isinstance(data, dict):
             raise ValueError(f"a job config is a mapping with `agent`, got {type(data).__name__}")
         return cls.model_validate(data)

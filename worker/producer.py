@@ -22,7 +22,8 @@ from .conversations import (
     StoredComposition,
     composition_differences,
 )
-from .jobs import Batch, BatchReport, Job, JobConfig, parse_batch
+from .jobs import CONFIG_LINE, Batch, BatchReport, Job, JobConfig, JobLineError, parse_batch
+from .models import ModelUnavailable, check_model_allowed
 from .results import ResultsStore
 from .task_events import task_labels
 
@@ -44,7 +45,17 @@ class Producer:
     def validate(
         self, lines: Iterable[str | bytes | Mapping[str, Any]], config: JobConfig | Mapping[str, Any] | str
     ) -> BatchReport:
-        return parse_batch(lines, config, corpora=self.served_corpora(), max_lines=self.settings.max_batch_lines)
+        report = parse_batch(lines, config, corpora=self.served_corpora(), max_lines=self.settings.max_batch_lines)
+        return self._allowlisted(report)
+
+    def _allowlisted(self, report: BatchReport) -> BatchReport:
+        """GROUNDED_MODEL_ALLOWLIST at submission: a job the workers would refuse is never queued."""
+        if report.config is not None:
+            try:
+                check_model_allowed(report.config, self.settings.model_allowlist)
+            except ModelUnavailable as exc:
+                report.errors.insert(0, JobLineError(CONFIG_LINE, str(exc)))
+        return report
 
     def submit(self, report: BatchReport, *, tenant: str, arm: str | None = None) -> Batch:
         batch, jobs = self.store.create_batch(report, tenant=tenant, arm=arm)
@@ -86,7 +97,8 @@ class Producer:
             raise ConversationNotFound(conversation_id)
         line = {"custom_id": custom_id or f"{conversation_id}:follow-up", "question": question,
                 "metadata": {} if metadata is None else metadata}
-        report = parse_batch([line], meta.config if config is None else config, corpora=self.served_corpora())
+        report = self._allowlisted(
+            parse_batch([line], meta.config if config is None else config, corpora=self.served_corpora()))
         if not report.ok:
             raise report.errors[0]
         assert report.config is not None

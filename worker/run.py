@@ -33,6 +33,7 @@ from capabilities.tags import TagSigner
 from .agents import AgentCache, BuiltAgent
 from .jobs import Batch, Job, JobError, JobResult, TurnResult, Usage
 from .models import NO_SDK_RETRIES, ModelCache, WireRecorder, model_label
+from .redaction import scrub
 from .turns import summarize_turn
 
 _TRANSIENT = (ModelRateLimitError, ModelUnavailableError, ModelServerError, ModelConnectionError, ModelRequestTimeout)
@@ -43,7 +44,7 @@ class TransientModelError(Exception):
     """H6. The provider may answer if asked again later; the job is re-run from its last commit."""
 
     def __init__(self, cause: BaseException, committed: Checkpoint | None = None) -> None:
-        super().__init__(f"{type(cause).__name__}: {cause}")
+        super().__init__(scrub(f"{type(cause).__name__}: {cause}"))  # it reaches events and logs
         self.cause = cause
         self.retry_after: float | None = getattr(cause, "retry_after", None)
         self.committed = committed  # what earlier turns committed, for a result once retries run out
@@ -154,7 +155,7 @@ def failed_result(
         arm=batch.arm,
         metadata=job.metadata,
         status="failed",
-        error=JobError(type=type(cause).__name__, message=str(cause) or repr(cause)),
+        error=JobError(type=type(cause).__name__, message=scrub(str(cause) or repr(cause), batch.config)),
         model=model_label(batch.config),
         endpoint=batch.config.endpoint.base_url if batch.config.endpoint else None,
         policy_registered=built.policy_registered if built else False,

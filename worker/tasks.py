@@ -25,6 +25,7 @@ from .logs import bind_attempt, configure_logging, job_context
 from .loop import RunTimedOut, process_loop
 from .metrics import record_cancelled, record_finished
 from .models import ModelCache
+from .outages import requeue_when_redis_is_down
 from .results import ResultsStore
 from .run import Commit, Runtime, TransientModelError, failed_result, run_job
 from .task_events import turn_progress
@@ -102,6 +103,7 @@ def _run(worker: ProcessWorker, job: Job, batch: Batch, attempts: int, started_a
 
 
 @app.task(bind=True, name=ANSWER_JOB, max_retries=None)
+@requeue_when_redis_is_down
 def answer_job(self, job_id: str, lock_waits: int = 0) -> str:  # type: ignore[no-untyped-def]
     worker = process_worker()
     job = worker.store.load_job(job_id)
