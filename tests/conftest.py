@@ -82,6 +82,10 @@ def redis_space(redis_server: RedisServer) -> Iterator[RedisSpace]:
         space.clean()
 
 
+# the test key variables may be sent only to fake model servers on this machine (GROUNDED_ENDPOINT_KEY_BINDINGS)
+TEST_KEY_BINDINGS = "GROUNDED_TEST_FAKE_LLM_KEY=http://127.0.0.1:*,GROUNDED_TEST_UNSET_KEY=http://127.0.0.1:*"
+
+
 def worker_env(space: RedisSpace, data_dir: Path, **overrides: str | None) -> dict[str, str]:
     """The environment a worker process gets: the test's Redis space and data dir, test tag keys."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("GROUNDED_")}
@@ -93,6 +97,7 @@ def worker_env(space: RedisSpace, data_dir: Path, **overrides: str | None) -> di
         GROUNDED_RETRY_BASE_S="0.2",
         GROUNDED_RETRY_MAX_S="5",
         GROUNDED_CONCURRENCY="4",
+        GROUNDED_ENDPOINT_KEY_BINDINGS=TEST_KEY_BINDINGS,
         PYTHONWARNINGS="ignore",
     )
     for key, value in overrides.items():

@@ -56,6 +56,9 @@ class Settings(BaseSettings):
     concurrency: int = Field(default=8, ge=1)  # jobs in flight per worker process (threads pool)
     pool: str = "threads"  # LLM-bound jobs wait on HTTP, so threads give concurrency without processes
     model_allowlist: Annotated[list[str] | None, NoDecode] = None  # fnmatch patterns; None allows any model
+    # endpoint key variable -> the base_url pattern it may be sent to; a job chooses its base_url, so
+    # an unbound key is never read (models.check_endpoint_key)
+    endpoint_key_bindings: Annotated[dict[str, str], NoDecode] = Field(default_factory=dict)
     retry_base_s: float = Field(default=2.0, gt=0)  # transient model errors back off from here...
     retry_max_s: float = Field(default=60.0, gt=0)  # ...up to here, also when the provider asks for longer
     redelivery_margin_s: int = Field(default=300, ge=0)  # how much longer than a job Redis waits before redelivery
@@ -84,18 +87,12 @@ class Settings(BaseSettings):
     @field_validator("api_tokens", mode="before")
     @classmethod
     def _tokens(cls, value: Any) -> Any:
-        """A JSON object, or `token=tenant` pairs separated by commas."""
-        if isinstance(value, str):
-            text = value.strip()
-            if not text:
-                return {}
-            if text.startswith("{"):
-                return json.loads(text)
-            pairs = [item.split("=", 1) for item in text.split(",") if item.strip()]
-            if any(len(pair) != 2 for pair in pairs):
-                raise ValueError("GROUNDED_API_TOKENS must be a JSON object or token=tenant pairs")
-            return {token.strip(): tenant.strip() for token, tenant in pairs}
-        return value
+        return _pairs(value, "GROUNDED_API_TOKENS", "token=tenant")
+
+    @field_validator("endpoint_key_bindings", mode="before")
+    @classmethod
+    def _endpoint_key_bindings(cls, value: Any) -> Any:
+        return _pairs(value, "GROUNDED_ENDPOINT_KEY_BINDINGS", "VARIABLE=base-url-pattern")
 
     @model_validator(mode="after")
     def _limits(self) -> Settings:
@@ -119,6 +116,21 @@ class Settings(BaseSettings):
         if not keys:
             raise MissingTagKeys()
         return TagSigner(keys)
+
+
+def _pairs(value: Any, variable: str, shape: str) -> Any:
+    """A JSON object, or `key=value` pairs separated by commas."""
+    if not isinstance(value, str):
+        return value
+    text = value.strip()
+    if not text:
+        return {}
+    if text.startswith("{"):
+        return json.loads(text)
+    pairs = [item.split("=", 1) for item in text.split(",") if item.strip()]
+    if any(len(pair) != 2 for pair in pairs):
+        raise ValueError(f"{variable} must be a JSON object or {shape} pairs")
+    return {key.strip(): val.strip() for key, val in pairs}
 
 
 @lru_cache

@@ -10,7 +10,7 @@ from __future__ import annotations
 import fnmatch
 import os
 import threading
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -41,6 +41,28 @@ def check_model_allowed(config: JobConfig, allowlist: Sequence[str] | None) -> N
     label = model_label(config)
     if not any(fnmatch.fnmatchcase(label, pattern) for pattern in allowlist):
         raise ModelUnavailable(f"model {label!r} is not allowed on this worker; allowed: {', '.join(allowlist)}")
+
+
+def check_endpoint_key(config: JobConfig, bindings: Mapping[str, str]) -> None:
+    """A job chooses its endpoint's base_url, so a key it names is read only when the worker's
+    operator bound that variable to a matching URL (GROUNDED_ENDPOINT_KEY_BINDINGS); otherwise anyone
+    holding an API token could have a worker send its provider keys to a server of their choosing."""
+    endpoint = config.endpoint
+    if endpoint is None or endpoint.api_key_env is None:
+        return
+    name = endpoint.api_key_env
+    pattern = bindings.get(name)
+    if pattern is None:
+        bound = ", ".join(sorted(bindings)) or "none"
+        raise ModelUnavailable(
+            f"endpoint.api_key_env {name!r} is not bound to an endpoint on this worker (bound: {bound}); "
+            "GROUNDED_ENDPOINT_KEY_BINDINGS says which key variable may be sent to which base_url"
+        )
+    if not fnmatch.fnmatchcase(endpoint.base_url, pattern):
+        raise ModelUnavailable(
+            f"endpoint.api_key_env {name!r} may be sent only to base URLs matching {pattern!r}, "
+            f"not {endpoint.base_url!r}"
+        )
 
 
 def _endpoint_model(config: JobConfig) -> Model:
@@ -80,13 +102,17 @@ def build_model(config: JobConfig, *, allowlist: Sequence[str] | None = None) ->
 class ModelCache:
     """One model per (model, endpoint) per process: their HTTP clients keep connections alive."""
 
-    def __init__(self, *, allowlist: Sequence[str] | None = None) -> None:
+    def __init__(
+        self, *, allowlist: Sequence[str] | None = None, endpoint_key_bindings: Mapping[str, str] | None = None
+    ) -> None:
         self.allowlist = allowlist
+        self.endpoint_key_bindings = dict(endpoint_key_bindings or {})
         self._models: dict[str, Model] = {}
         self._lock = threading.Lock()
 
     def get(self, config: JobConfig) -> Model:
         check_model_allowed(config, self.allowlist)
+        check_endpoint_key(config, self.endpoint_key_bindings)
         key = f"{model_label(config)}|{config.endpoint.model_dump_json() if config.endpoint else ''}"
         with self._lock:
             if key not in self._models:

@@ -68,7 +68,7 @@ def process_worker() -> ProcessWorker:
                                           compress_over=settings.compress_over_bytes)
             runtime = Runtime(
                 agents=AgentCache(signer=signer, corpora_dir=settings.corpora_dir),
-                models=ModelCache(allowlist=settings.model_allowlist),
+                models=ModelCache(allowlist=settings.model_allowlist, endpoint_key_bindings=settings.endpoint_key_bindings),
                 signer=signer,
             )
             _current = (os.getpid(), ProcessWorker(settings, store, runtime))

@@ -72,6 +72,28 @@ def test_missing_api_key_env_var_fails_at_once_with_its_name(cluster: Cluster, f
     assert result.attempts == 1 and result.model == "openai-compatible:fake-model"
 
 
+@pytest.mark.parametrize(
+    ("key_env", "host", "refusal"),
+    [("PATH", "127.0.0.1", "is not bound to an endpoint"), (FAKE_KEY_ENV, "localhost", "may be sent only to")],
+    ids=["unbound-variable", "url-outside-its-binding"],
+)
+def test_an_endpoint_key_is_sent_only_where_the_worker_bound_it(
+    cluster: Cluster, fake_openai: FakeOpenAI, key_env: str, host: str, refusal: str
+) -> None:
+    """The job chooses base_url, so a key variable it names is read only when
+    GROUNDED_ENDPOINT_KEY_BINDINGS binds it to a matching URL; otherwise a token holder could
+    collect the worker's keys."""
+    seen = len(fake_openai.requests)
+    config = question_config(PASSAGES, model="fake-model", endpoint={
+        "base_url": fake_openai.base_url.replace("127.0.0.1", host), "api_key_env": key_env})
+    batch_id = cluster.submit([{"custom_id": "x", "question": "When does the observatory open?"}], config)
+    progress = cluster.wait(batch_id)
+    [result] = cluster.store.iter_results(batch_id)
+    assert progress.failed == 1 and result.error is not None and result.error.type == "ModelUnavailable"
+    assert refusal in result.error.message and key_env in result.error.message and result.attempts == 1
+    assert len(fake_openai.requests) == seen, "the model server must never be called with an unbound key"
+
+
 def test_H6_job_answered_after_429_twice_is_counted_once(cluster: Cluster, fake_openai: FakeOpenAI) -> None:
     """Two 429s with Retry-After, then success: one result, counted once, three attempts, one question."""
     config = question_config(PASSAGES, POLICY, model="fake-model",
