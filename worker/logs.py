@@ -89,7 +89,8 @@ def configure_worker_logging(loglevel: int | str | None = None, **_: Any) -> Non
     handler = logging.StreamHandler(sys.__stderr__)
     handler.setFormatter(structlog.stdlib.ProcessorFormatter(
         foreign_pre_chain=[*shared_processors(), structlog.stdlib.add_logger_name],
-        processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer_for(sys.__stderr__)],
+        processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+                    structlog.processors.format_exc_info, renderer_for(sys.__stderr__)],
     ))
     root = logging.getLogger()
     root.handlers[:] = [handler]

@@ -132,3 +132,24 @@ def test_a_real_worker_writes_json_lines_with_the_job_ids(cluster: Cluster) -> N
         "batch_id": batch_id, "tenant": "tests", "custom_id": "json-lines", "attempt": 1, "level": "info"}
     celery_lines = [r for r in records() if str(r.get("logger", "")).startswith("celery") and job_id in r["event"]]
     assert celery_lines and all("timestamp" in r and "level" in r for r in celery_lines)
+
+
+def test_stdlib_and_celery_exceptions_keep_their_traceback_in_json(capfd: pytest.CaptureFixture[str]) -> None:
+    """Celery logs a failing task through the stdlib; without its traceback nobody can tell why."""
+    import logging
+
+    from worker.logs import configure_worker_logging
+
+    root = logging.getLogger()
+    saved = (root.handlers[:], root.level)
+    try:
+        configure_worker_logging()
+        try:
+            raise ZeroDivisionError("boom")
+        except ZeroDivisionError:
+            logging.getLogger("celery.worker").exception("task_failed")
+    finally:
+        root.handlers[:], level = saved
+        root.setLevel(level)
+    line = json.loads(capfd.readouterr().err.strip().splitlines()[-1])
+    assert line["event"] == "task_failed" and "ZeroDivisionError: boom" in line["exception"]
