@@ -15,14 +15,15 @@ from pathlib import Path
 from statistics import fmean
 from typing import Any
 
-from pydantic_ai.messages import ModelMessagesTypeAdapter, ModelRequest, UserPromptPart
+from pydantic_ai.messages import ModelMessagesTypeAdapter
 
 from capabilities.ledger import CapabilityEvidenceRecord, CitationStatus, citation_status
-from capabilities.policy import POLICY_NAMESPACE, CitationPolicyState
-from capabilities.tags import TagSigner, is_our_redirect
+from capabilities.policy import POLICY_NAMESPACE
+from capabilities.tags import TagSigner
 
 from .jobs import JobResult
 from .judges import Judgements, Verdict, answer_text, answerable_label, rule_judgements
+from .turns import count_redirects, recorded_violation
 
 STATUSES: tuple[CitationStatus, ...] = ("grounded", "ungrounded", "missing")
 Reviews = Mapping[str, bool]  # job_id -> invented (V4), from a reviewer's file
@@ -47,23 +48,8 @@ def evidence_records(state: Mapping[str, Any]) -> list[CapabilityEvidenceRecord]
 
 
 def recount_redirects(new_messages_json: bytes | str, signer: TagSigner, conversation_id: str | None, question: int) -> int:
-    """V5: only a redirect that reached the history counts, and only with a tag that verifies for this
-    question; an enqueued one that was never delivered is not in the messages at all."""
-    count = 0
-    for message in ModelMessagesTypeAdapter.validate_json(new_messages_json):
-        if not isinstance(message, ModelRequest):
-            continue
-        for part in message.parts:
-            if isinstance(part, UserPromptPart):
-                items = [part.content] if isinstance(part.content, str) else part.content
-                count += sum(is_our_redirect(signer, t, conversation_id, question) for t in items if isinstance(t, str))
-    return count
-
-
-def recorded_violation(state: Mapping[str, Any], question: int) -> bool:
-    """§3.5: a violation lives in the policy's own state; no policy key means no policy ran."""
-    raw = state.get(POLICY_NAMESPACE)
-    return raw is not None and question in CitationPolicyState.model_validate(raw).violations
+    """V6: redirects recounted from the stored messages, exactly as the worker counted them."""
+    return count_redirects(ModelMessagesTypeAdapter.validate_json(new_messages_json), signer, conversation_id, question)
 
 
 @dataclass(frozen=True)

@@ -21,11 +21,10 @@ from pydantic_ai.messages import (
 )
 
 from capabilities.ledger import CapabilityEvidenceRecord, citation_status, declared_refs
+from capabilities.policy import POLICY_NAMESPACE, CitationPolicyState
 from capabilities.tags import TagSigner, is_our_redirect
 
 from .jobs import CitedChunk, TurnResult, Usage
-
-POLICY_NAMESPACE = "citation_policy"
 
 
 def records_of(state: Mapping[str, Any], namespaces: Sequence[str]) -> list[tuple[str, CapabilityEvidenceRecord]]:
@@ -78,6 +77,12 @@ def count_redirects(messages: Sequence[ModelMessage], signer: TagSigner, convers
     return sum(is_our_redirect(signer, text, conversation_id, q) for text in _user_texts(messages))
 
 
+def recorded_violation(state: Mapping[str, Any], question: int) -> bool:
+    """§3.5: a violation lives in the policy's own state; no policy key means no policy ran."""
+    raw = state.get(POLICY_NAMESPACE)
+    return raw is not None and question in CitationPolicyState.model_validate(raw).violations
+
+
 def _digest_binaries(value: Any) -> Any:
     """Picture bytes become their digest: a transcript should show which picture was sent, and
     the bytes already live in the corpus (and in the history a conversation keeps)."""
@@ -117,7 +122,6 @@ def summarize_turn(
     by_namespace = dict(records)
     parts = [p for m in new_messages for p in m.parts]
     returns = [p for p in parts if isinstance(p, ToolReturnPart)]
-    violations = (state.get(POLICY_NAMESPACE) or {}).get("violations") or []
     answer = output.model_dump(mode="json") if hasattr(output, "model_dump") else output
     return TurnResult(
         question_identity=q,
@@ -130,7 +134,7 @@ def summarize_turn(
             for r in refs
         ],
         redirects=count_redirects(new_messages, signer, conversation_id, q),
-        violation=q in violations,
+        violation=recorded_violation(state, q),
         n_requests=sum(isinstance(m, ModelResponse) for m in new_messages),
         tool_calls=dict(Counter(p.tool_name for p in parts if isinstance(p, ToolCallPart))),
         failed_tool_returns=sum(p.outcome == "failed" for p in returns),
