@@ -82,6 +82,15 @@ def redis_space(redis_server: RedisServer) -> Iterator[RedisSpace]:
         space.clean()
 
 
+def ingested_data_dir(root: Path, corpus: str) -> Path:
+    """A DATA_DIR whose `corpora/` holds one corpus ingested from tests/fixtures/corpus."""
+    from capabilities.corpus import ingest
+
+    (root / "corpora").mkdir()
+    ingest(root / "corpora" / f"{corpus}.sqlite", [REPO / "tests" / "fixtures" / "corpus"])
+    return root
+
+
 # the test key variables may be sent only to fake model servers on this machine (GROUNDED_ENDPOINT_KEY_BINDINGS)
 TEST_KEY_BINDINGS = "GROUNDED_TEST_FAKE_LLM_KEY=http://127.0.0.1:*,GROUNDED_TEST_UNSET_KEY=http://127.0.0.1:*"
 

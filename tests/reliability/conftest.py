@@ -27,9 +27,22 @@ import pytest
 import redis
 import uvicorn
 
-from tests.conftest import REPO, RedisServer, RedisSpace, new_space, worker_env
+from tests.conftest import (
+    REPO,
+    RedisServer,
+    RedisSpace,
+    ingested_data_dir,
+    new_space,
+    worker_env,
+)
 from tests.reliability.faulty_openai import FaultyOpenAI
-from tests.worker.conftest import CORPUS, FAKE_KEY, FAKE_KEY_ENV, question_config, settings_for
+from tests.worker.conftest import (
+    CORPUS,
+    FAKE_KEY,
+    FAKE_KEY_ENV,
+    question_config,
+    settings_for,
+)
 from worker.app import QUEUE
 from worker.embedded import free_port
 from worker.local import LocalWorker
@@ -55,12 +68,7 @@ RECOVERY = {
 
 @pytest.fixture(scope="session")
 def rel_data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from capabilities.corpus import ingest
-
-    root = tmp_path_factory.mktemp("rel-data")
-    (root / "corpora").mkdir()
-    ingest(root / "corpora" / f"{CORPUS}.sqlite", [REPO / "tests" / "fixtures" / "corpus"])
-    return root
+    return ingested_data_dir(tmp_path_factory.mktemp("rel-data"), CORPUS)
 
 
 @pytest.fixture(scope="session")

@@ -14,7 +14,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, TEST_TAG_KEY, RedisServer, RedisSpace, new_space, start_worker, worker_env
+from tests.conftest import (
+    TEST_TAG_KEY,
+    RedisServer,
+    RedisSpace,
+    ingested_data_dir,
+    new_space,
+    start_worker,
+    worker_env,
+)
 from tests.worker.fake_openai import FakeOpenAI
 from worker.config import Settings
 from worker.local import LocalWorker
@@ -30,12 +38,7 @@ MISSING_KEY_ENV = "GROUNDED_TEST_UNSET_KEY"
 @pytest.fixture(scope="session")
 def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """DATA_DIR with one corpus, `handbook`, ingested from the test fixtures."""
-    from capabilities.corpus import ingest
-
-    root = tmp_path_factory.mktemp("data")
-    (root / "corpora").mkdir()
-    ingest(root / "corpora" / f"{CORPUS}.sqlite", [REPO / "tests" / "fixtures" / "corpus"])
-    return root
+    return ingested_data_dir(tmp_path_factory.mktemp("data"), CORPUS)
 
 
 @pytest.fixture(scope="session")
