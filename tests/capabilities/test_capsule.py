@@ -5,7 +5,13 @@ from __future__ import annotations
 import pytest
 from pydantic_ai.messages import BinaryContent
 
-from capabilities.capsule import CAPSULE_HEADER, Capsule, RetainedPicture, build_capsule, group_label
+from capabilities.capsule import (
+    CAPSULE_HEADER,
+    Capsule,
+    RetainedPicture,
+    build_capsule,
+    group_label,
+)
 from capabilities.evidence import DiscoveredEvidence
 from capabilities.ledger import CapabilityEvidenceRecord, EvidenceOccurrence
 from capabilities.store import Citation

@@ -7,7 +7,13 @@ import dataclasses
 import re
 
 import pytest
-from pydantic_ai import Agent, DeferredToolRequests, DeferredToolResults, RunContext, UserError
+from pydantic_ai import (
+    Agent,
+    DeferredToolRequests,
+    DeferredToolResults,
+    RunContext,
+    UserError,
+)
 from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.messages import (
     BinaryContent,
@@ -23,8 +29,6 @@ from pydantic_ai.messages import (
 import capabilities.compaction as compaction
 from capabilities.capsule import CAPSULE_HEADER, build_capsule, group_label
 from capabilities.citing import cite_ack
-from capabilities.corpus import SQLiteCorpus, ingest
-from capabilities.evidence import DISAGREEING_QUESTIONS
 from capabilities.compaction import (
     COMPACTOR_ID,
     RECEIPT,
@@ -32,6 +36,8 @@ from capabilities.compaction import (
     compact_history,
     create_compactor,
 )
+from capabilities.corpus import SQLiteCorpus, ingest
+from capabilities.evidence import DISAGREEING_QUESTIONS
 from capabilities.passages import create_passages
 from capabilities.reader import create_reader
 from capabilities.tags import TagSigner, picture_label

@@ -18,7 +18,18 @@ from capabilities.ledger import citation_status
 from capabilities.passages import PassagesState, create_passages
 from capabilities.reader import ReaderState, create_reader
 from capabilities.tags import is_our_picture
-from tests.harness import FIXTURES, PNG, SIGNER, Deps, ScriptedModel, call, pc, ps, respond, tool_returns
+from tests.harness import (
+    FIXTURES,
+    PNG,
+    SIGNER,
+    Deps,
+    ScriptedModel,
+    call,
+    pc,
+    ps,
+    respond,
+    tool_returns,
+)
 
 ID_LINE = re.compile(r"^\[([^\]]+)\] \[rank 1 of \d+\]", re.MULTILINE)
 

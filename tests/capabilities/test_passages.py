@@ -6,11 +6,22 @@ from dataclasses import replace
 from typing import Any
 
 from pydantic_ai import Agent, RunContext
-from pydantic_ai.messages import BinaryContent, ModelRequest, ModelResponse, TextPart, UserPromptPart
+from pydantic_ai.messages import (
+    BinaryContent,
+    ModelRequest,
+    ModelResponse,
+    TextPart,
+    UserPromptPart,
+)
 from pydantic_ai.usage import RunUsage
 
 from capabilities.base import GRACE_REQUESTS, EvidenceState
-from capabilities.budgets import called_own_tool, exhausted_notice, request_limit_notice, withdrawn_notice
+from capabilities.budgets import (
+    called_own_tool,
+    exhausted_notice,
+    request_limit_notice,
+    withdrawn_notice,
+)
 from capabilities.citing import CITE_NONE_ACK, cite_ack, no_citation_message
 from capabilities.formatting import NO_RESULTS, RESULT_SEPARATOR
 from capabilities.ledger import CapabilityEvidenceRecord, citation_status
@@ -18,7 +29,18 @@ from capabilities.passages import SEARCH_LIMIT_REACHED, PassagesState, create_pa
 from capabilities.reader import create_reader
 from capabilities.store import Chunk, RetrievedChunk
 from capabilities.tags import is_our_picture
-from tests.harness import PNG, SIGNER, Deps, FakeCorpus, ScriptedModel, call, pc, ps, respond, tool_returns
+from tests.harness import (
+    PNG,
+    SIGNER,
+    Deps,
+    FakeCorpus,
+    ScriptedModel,
+    call,
+    pc,
+    ps,
+    respond,
+    tool_returns,
+)
 
 UUID = "b8e25ea1-0bb3-48b1-8fea-2ac1f148bf7c"
 UNRELATED = "9c2cd07e-5a3f-45a6-968d-cbd6f06ab57b"

@@ -13,9 +13,20 @@ from typing import Any
 
 import pytest
 from pydantic_ai import Agent, UserError
-from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, ToolReturnPart, UserPromptPart
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelRequest,
+    ModelResponse,
+    ToolReturnPart,
+    UserPromptPart,
+)
 
-from capabilities.ledger import CapabilityEvidenceRecord, CitationDeclaration, EvidenceOccurrence, EvidenceRef
+from capabilities.ledger import (
+    CapabilityEvidenceRecord,
+    CitationDeclaration,
+    EvidenceOccurrence,
+    EvidenceRef,
+)
 from capabilities.policy import (
     POLICY_DESCRIPTION,
     POLICY_ID,
@@ -31,7 +42,16 @@ from capabilities.policy import (
     redirect_text,
 )
 from capabilities.tags import TagSigner, is_our_redirect, redirect_tag
-from tests.harness import SIGNER, Deps, ScriptedModel, StatelessDeps, call, pc, ps, respond
+from tests.harness import (
+    SIGNER,
+    Deps,
+    ScriptedModel,
+    StatelessDeps,
+    call,
+    pc,
+    ps,
+    respond,
+)
 
 CONV = "conv-1"
 FORGED_TAG = "[cite-request v1 q=0 sig=00000000000000000000000000000000]"

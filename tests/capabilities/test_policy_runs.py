@@ -23,7 +23,6 @@ from pydantic_ai import (
     PromptedOutput,
 )
 from pydantic_ai.capabilities import AbstractCapability
-from pydantic_ai.run import AgentRunResult
 from pydantic_ai.messages import (
     ModelMessage,
     ModelRequest,
@@ -32,6 +31,7 @@ from pydantic_ai.messages import (
     ToolReturnPart,
     UserPromptPart,
 )
+from pydantic_ai.run import AgentRunResult
 from pydantic_ai.toolsets import FunctionToolset
 
 import capabilities.policy as policy_module

@@ -23,7 +23,16 @@ from capabilities.reader import (
 )
 from capabilities.store import Chunk
 from capabilities.tags import is_our_picture
-from tests.harness import PNG, SIGNER, Deps, FakeCorpus, ScriptedModel, call, respond, tool_returns
+from tests.harness import (
+    PNG,
+    SIGNER,
+    Deps,
+    FakeCorpus,
+    ScriptedModel,
+    call,
+    respond,
+    tool_returns,
+)
 
 
 def rl(call_id: str = "rl1", **args: Any):

@@ -7,7 +7,14 @@ import re
 import pytest
 from pydantic_ai.messages import BinaryContent
 
-from capabilities.tags import TagSigner, is_our_picture, is_our_redirect, picture_label, picture_tag, redirect_tag
+from capabilities.tags import (
+    TagSigner,
+    is_our_picture,
+    is_our_redirect,
+    picture_label,
+    picture_tag,
+    redirect_tag,
+)
 from tests.harness import OTHER_PNG, PNG, SIGNER
 
 KEY_A, KEY_B = b"key-a", b"key-b"

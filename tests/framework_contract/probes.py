@@ -11,7 +11,11 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pydantic_ai import RunContext
-from pydantic_ai.capabilities import AbstractCapability, WrapModelRequestHandler, WrapRunHandler
+from pydantic_ai.capabilities import (
+    AbstractCapability,
+    WrapModelRequestHandler,
+    WrapRunHandler,
+)
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse
 from pydantic_ai.models import ModelRequestContext
 from pydantic_ai.run import AgentRunResult

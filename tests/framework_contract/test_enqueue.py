@@ -9,7 +9,12 @@ import pytest
 from pydantic import BaseModel
 from pydantic_ai import Agent, CallDeferred, DeferredToolRequests, RunContext, UserError
 from pydantic_ai.capabilities import AbstractCapability
-from pydantic_ai.messages import INTERRUPTED_TOOL_RETURN_CONTENT, ModelMessage, ModelRequest, ModelResponse
+from pydantic_ai.messages import (
+    INTERRUPTED_TOOL_RETURN_CONTENT,
+    ModelMessage,
+    ModelRequest,
+    ModelResponse,
+)
 from pydantic_ai.models import ModelRequestContext
 from pydantic_ai.toolsets import FunctionToolset
 from pydantic_ai.usage import RunUsage

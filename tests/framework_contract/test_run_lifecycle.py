@@ -7,9 +7,22 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pytest
-from pydantic_ai import Agent, CallDeferred, DeferredToolRequests, DeferredToolResults, RunContext, UsageLimitExceeded
+from pydantic_ai import (
+    Agent,
+    CallDeferred,
+    DeferredToolRequests,
+    DeferredToolResults,
+    RunContext,
+    UsageLimitExceeded,
+)
 from pydantic_ai.capabilities import AbstractCapability
-from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, ToolReturnPart, UserPromptPart
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelRequest,
+    ModelResponse,
+    ToolReturnPart,
+    UserPromptPart,
+)
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.run import AgentRunResult
 from pydantic_ai.toolsets import FunctionToolset

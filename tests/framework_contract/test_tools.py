@@ -17,7 +17,14 @@ from pydantic_ai import (
     ToolFailed,
     UnexpectedModelBehavior,
 )
-from pydantic_ai.messages import BinaryContent, ModelRequest, ModelResponse, ToolReturn, ToolReturnPart, UserPromptPart
+from pydantic_ai.messages import (
+    BinaryContent,
+    ModelRequest,
+    ModelResponse,
+    ToolReturn,
+    ToolReturnPart,
+    UserPromptPart,
+)
 from pydantic_ai.toolsets import FunctionToolset
 
 from tests.framework_contract.probes import HookLog, entries, kinds

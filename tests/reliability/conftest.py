@@ -14,7 +14,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -25,7 +24,6 @@ from typing import Any
 import psutil
 import pytest
 import redis
-import uvicorn
 
 from tests.conftest import (
     REPO,
@@ -286,24 +284,3 @@ def owned_redis(tmp_path: Path) -> Iterator[OwnedRedis]:
 
 def owned_space(server: OwnedRedis) -> RedisSpace:
     return new_space(RedisServer(server.url))
-
-
-# --- the API over HTTP -----------------------------------------------------------------------------
-
-
-@contextlib.contextmanager
-def serve(app: Any) -> Iterator[str]:
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        assert time.monotonic() < deadline, "the API did not start"
-        time.sleep(0.02)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=5)
-

@@ -19,8 +19,8 @@ import pytest
 import redis
 
 from tests.conftest import RedisSpace
-from tests.reliability.conftest import PASSAGES, endpoint_config, serve
-from tests.worker.conftest import FAKE_KEY_ENV, question_config, settings_for
+from tests.reliability.conftest import PASSAGES, endpoint_config
+from tests.worker.conftest import FAKE_KEY_ENV, question_config, serve, settings_for
 from worker.api import create_api
 from worker.client import GroundedClient
 from worker.composition import ALLOWED

@@ -21,8 +21,8 @@ from hypothesis import HealthCheck, Phase, given, settings
 from schemathesis.checks import not_a_server_error
 
 from tests.conftest import RedisServer, new_space, worker_env
-from tests.reliability.conftest import launch_worker, serve
-from tests.worker.conftest import PASSAGES, POLICY, question_config, settings_for
+from tests.reliability.conftest import launch_worker
+from tests.worker.conftest import PASSAGES, POLICY, question_config, serve, settings_for
 from worker.api import create_api
 from worker.client import GroundedClient
 from worker.config import Settings

@@ -15,7 +15,11 @@ import pytest
 
 from tests.reliability.conftest import PASSAGES, endpoint_config, live_children
 from tests.reliability.faulty_openai import SlowConversationalOpenAI
-from tests.worker.test_conversations import MESSAGES_PER_TURN, QUESTIONS, history_questions
+from tests.worker.test_conversations import (
+    MESSAGES_PER_TURN,
+    QUESTIONS,
+    history_questions,
+)
 from worker.conversations import ConversationStore
 
 pytestmark = pytest.mark.slow

@@ -19,7 +19,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pydantic_ai.messages import BinaryContent, ModelMessage, ModelRequest, ModelResponse, TextPart, UserPromptPart
+from pydantic_ai.messages import (
+    BinaryContent,
+    ModelMessage,
+    ModelRequest,
+    ModelResponse,
+    TextPart,
+    UserPromptPart,
+)
 
 from capabilities.capsule import CAPSULE_HEADER, group_label
 from capabilities.citing import CITE_NONE_ACK, cite_ack
@@ -27,9 +34,24 @@ from capabilities.compaction import RECEIPT
 from capabilities.deps import Deps
 from capabilities.ledger import citation_status
 from capabilities.policy import redirect_text
-from capabilities.tags import TagSigner, is_our_picture, is_our_redirect, picture_label, redirect_tag
+from capabilities.tags import (
+    TagSigner,
+    is_our_picture,
+    is_our_redirect,
+    picture_label,
+    redirect_tag,
+)
 from tests.conftest import REPO
-from tests.harness import OTHER_PNG, PNG, ScriptedModel, pc, ps, respond, tool_returns, user_texts
+from tests.harness import (
+    OTHER_PNG,
+    PNG,
+    ScriptedModel,
+    pc,
+    ps,
+    respond,
+    tool_returns,
+    user_texts,
+)
 from worker.agents import BuiltAgent, build_agent
 from worker.jobs import CONFIG_LINE, JobConfig, parse_batch
 from worker.turns import records_of

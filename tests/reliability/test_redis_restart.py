@@ -14,8 +14,8 @@ from typing import Any
 import httpx2
 import pytest
 
-from tests.reliability.conftest import OwnedRedis, endpoint_config, owned_space, serve
-from tests.worker.conftest import settings_for
+from tests.reliability.conftest import OwnedRedis, endpoint_config, owned_space
+from tests.worker.conftest import serve, settings_for
 from worker.api import create_api
 from worker.client import GroundedClient
 from worker.producer import Producer

@@ -16,7 +16,12 @@ from typing import Any
 import psutil
 import pytest
 
-from tests.reliability.conftest import Fleet, descendants, endpoint_config, wait_for_running_job
+from tests.reliability.conftest import (
+    Fleet,
+    descendants,
+    endpoint_config,
+    wait_for_running_job,
+)
 from tests.worker.fake_openai import FAKE_ANSWER
 from worker.jobs import JobResult
 

@@ -7,12 +7,16 @@ settings start their own through `worker_process`.
 
 from __future__ import annotations
 
+import contextlib
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
+import uvicorn
 
 from tests.conftest import (
     TEST_TAG_KEY,
@@ -25,6 +29,7 @@ from tests.conftest import (
 )
 from tests.worker.fake_openai import FakeOpenAI
 from worker.config import Settings
+from worker.embedded import free_port
 from worker.local import LocalWorker
 from worker.producer import Producer
 from worker.results import BatchProgress, ResultsStore
@@ -104,3 +109,21 @@ def question_config(*capabilities: object, model: str = "extractive", **extra: o
 
 PASSAGES = {"PassageSearchCapability": {"corpus": CORPUS}}
 POLICY = "CitationPolicyCapability"
+
+
+@contextlib.contextmanager
+def serve(app: Any) -> Iterator[str]:
+    """An ASGI app on a free 127.0.0.1 port in a thread, for as long as the block runs."""
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started:
+        assert time.monotonic() < deadline, "the API did not start"
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=5)

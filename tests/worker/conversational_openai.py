@@ -16,7 +16,14 @@ from typing import Any
 from fastapi import Request
 from fastapi.responses import JSONResponse
 
-from tests.worker.fake_openai import _CHUNK_ID, SLOW_S, FakeOpenAI, _call, _completion, _text
+from tests.worker.fake_openai import (
+    _CHUNK_ID,
+    SLOW_S,
+    FakeOpenAI,
+    _call,
+    _completion,
+    _text,
+)
 
 
 def answer_for(question: str) -> str:

@@ -3,20 +3,23 @@
 from __future__ import annotations
 
 import json
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx2
 import pytest
-import uvicorn
 
-from tests.worker.conftest import PASSAGES, POLICY, Cluster, question_config, settings_for
+from tests.worker.conftest import (
+    PASSAGES,
+    POLICY,
+    Cluster,
+    question_config,
+    serve,
+    settings_for,
+)
 from worker.api import create_api
 from worker.app import QUEUE
 from worker.client import BatchRejected, GroundedClient, NotFound
-from worker.embedded import free_port
 from worker.producer import Producer
 
 TOKENS = {"tok-acme": "acme", "tok-globex": "globex"}
@@ -25,16 +28,8 @@ TOKENS = {"tok-acme": "acme", "tok-globex": "globex"}
 @pytest.fixture(scope="module")
 def api_url(cluster: Cluster, data_dir: Path) -> Iterator[str]:
     settings = settings_for(cluster.space, data_dir, api_tokens=TOKENS)
-    api = create_api(settings, producer=Producer(settings, store=cluster.store, app=cluster.producer.app))
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(api, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    while not server.started:
-        time.sleep(0.02)
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(timeout=5)
+    with serve(create_api(settings, producer=Producer(settings, store=cluster.store, app=cluster.producer.app))) as url:
+        yield url
 
 
 @pytest.fixture

@@ -12,7 +12,6 @@ import json
 import os
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -21,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import uvicorn
 from pydantic_ai import Agent, RunContext
 from pydantic_ai.messages import (
     ModelMessage,
@@ -40,8 +38,25 @@ from capabilities.passages import create_passages
 from capabilities.policy import create_policy
 from capabilities.tags import redirect_tag
 from tests.conftest import REPO, TEST_TAG_KEY, RedisSpace, worker_env
-from tests.harness import SIGNER, FakeCorpus, ScriptedModel, pc, ps, respond, tool_returns, user_texts
-from tests.worker.conftest import CORPUS, PASSAGES, POLICY, Cluster, question_config, settings_for
+from tests.harness import (
+    SIGNER,
+    FakeCorpus,
+    ScriptedModel,
+    pc,
+    ps,
+    respond,
+    tool_returns,
+    user_texts,
+)
+from tests.worker.conftest import (
+    CORPUS,
+    PASSAGES,
+    POLICY,
+    Cluster,
+    question_config,
+    serve,
+    settings_for,
+)
 from tests.worker.conversational_openai import ConversationalOpenAI, answer_for
 from tests.worker.fake_openai import FakeOpenAI
 from worker.agents import BuiltAgent
@@ -57,7 +72,6 @@ from worker.conversations import (
     StoredTurn,
     lock_ttl_s,
 )
-from worker.embedded import free_port
 from worker.jobs import Batch, Job, JobConfig, TurnResult, parse_batch
 from worker.producer import Producer
 from worker.results import CONVERSATION_KEY, CONVERSATION_TURNS_KEY
@@ -426,16 +440,8 @@ def test_H7_a_turn_retried_after_a_transport_error_is_one_question(
 @pytest.fixture(scope="module")
 def api_url(cluster: Cluster, data_dir: Path) -> Iterator[str]:
     settings = settings_for(cluster.space, data_dir, api_tokens=TOKENS)
-    api = create_api(settings, producer=Producer(settings, store=cluster.store, app=cluster.producer.app))
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(api, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    while not server.started:
-        time.sleep(0.02)
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(timeout=5)
+    with serve(create_api(settings, producer=Producer(settings, store=cluster.store, app=cluster.producer.app))) as url:
+        yield url
 
 
 def wait_for_job(client: GroundedClient, job_id: str, timeout: float = 60) -> dict[str, Any]:

@@ -19,7 +19,8 @@ import yaml
 from celery import Celery
 
 from tests.conftest import REPO
-from worker.app import QUEUE, app as celery_app
+from worker.app import QUEUE
+from worker.app import app as celery_app
 from worker.cli import app as cli_app
 from worker.config import Settings
 

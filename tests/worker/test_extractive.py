@@ -5,13 +5,27 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from pathlib import Path
 
-from pydantic_ai.messages import ModelRequest, ModelResponse, TextPart, ToolCallPart, ToolReturnPart, UserPromptPart
+from pydantic_ai.messages import (
+    ModelRequest,
+    ModelResponse,
+    TextPart,
+    ToolCallPart,
+    ToolReturnPart,
+    UserPromptPart,
+)
 
 from capabilities.formatting import NO_RESULTS, RESULT_SEPARATOR
 from tests.harness import SIGNER
 from tests.worker.conftest import CORPUS
 from worker.agents import AgentCache
-from worker.extractive import CITE_TOOL, NOT_FOUND, SEARCH_TOOL, next_parts, parse_results, supporting
+from worker.extractive import (
+    CITE_TOOL,
+    NOT_FOUND,
+    SEARCH_TOOL,
+    next_parts,
+    parse_results,
+    supporting,
+)
 from worker.jobs import Batch, Job, JobConfig
 from worker.models import ModelCache
 from worker.run import Runtime, run_job

@@ -18,7 +18,14 @@ from fastapi import Request
 from fastapi.responses import JSONResponse
 
 from tests.conftest import REPO, RedisSpace, worker_env
-from tests.worker.conftest import FAKE_KEY, FAKE_KEY_ENV, PASSAGES, Cluster, question_config, settings_for
+from tests.worker.conftest import (
+    FAKE_KEY,
+    FAKE_KEY_ENV,
+    PASSAGES,
+    Cluster,
+    question_config,
+    settings_for,
+)
 from tests.worker.fake_openai import FakeOpenAI
 from worker.app import ANSWER_JOB, QUEUE
 from worker.embedded import free_port

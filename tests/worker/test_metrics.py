@@ -3,7 +3,6 @@ and tokens, all read from Redis, so every API replica reports what every worker 
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -11,16 +10,29 @@ from pathlib import Path
 
 import httpx2
 import pytest
-import uvicorn
 from prometheus_client.parser import text_string_to_metric_families
-from pydantic_ai.messages import ModelMessagesTypeAdapter, ModelRequest, ModelResponse, TextPart, UserPromptPart
+from pydantic_ai.messages import (
+    ModelMessagesTypeAdapter,
+    ModelRequest,
+    ModelResponse,
+    TextPart,
+    UserPromptPart,
+)
 
 from tests.conftest import RedisSpace, worker_env
-from tests.worker.conftest import FAKE_KEY, FAKE_KEY_ENV, PASSAGES, POLICY, Cluster, question_config, settings_for
+from tests.worker.conftest import (
+    FAKE_KEY,
+    FAKE_KEY_ENV,
+    PASSAGES,
+    POLICY,
+    Cluster,
+    question_config,
+    serve,
+    settings_for,
+)
 from tests.worker.fake_openai import FakeOpenAI
 from worker.api import create_api
 from worker.app import QUEUE
-from worker.embedded import free_port
 from worker.jobs import JobResult, TurnResult, Usage
 from worker.metrics import (
     DIRECTIONS,
@@ -138,15 +150,8 @@ def metrics_api(redis_space: RedisSpace, data_dir: Path) -> Iterator[tuple[str, 
     """The real API (create_api, so the route is the one it includes) on 127.0.0.1, no worker yet."""
     settings = settings_for(redis_space, data_dir, api_tokens={"tok": "acme"})
     producer = Producer(settings)
-    server = uvicorn.Server(uvicorn.Config(create_api(settings, producer=producer), host="127.0.0.1",
-                                           port=free_port(), log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    while not server.started:
-        time.sleep(0.02)
-    yield f"http://127.0.0.1:{server.config.port}", producer
-    server.should_exit = True
-    thread.join(timeout=5)
+    with serve(create_api(settings, producer=producer)) as url:
+        yield url, producer
     producer.app.close()
 
 

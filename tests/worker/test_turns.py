@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import hashlib
 
-from pydantic_ai.messages import BinaryContent, ModelRequest, ModelResponse, TextPart, ToolReturnPart, UserPromptPart
+from pydantic_ai.messages import (
+    BinaryContent,
+    ModelRequest,
+    ModelResponse,
+    TextPart,
+    ToolReturnPart,
+    UserPromptPart,
+)
 
 from capabilities.tags import TagSigner, redirect_tag
 from tests.harness import PNG, SIGNER
