@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: venv demo test test-slow bench clean
+.PHONY: venv demo lint test test-slow bench clean
 
 $(BIN)/grounded: pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
@@ -16,7 +16,10 @@ venv: $(BIN)/grounded
 demo: venv
 	$(BIN)/grounded demo
 
-test: venv
+lint: venv
+	$(BIN)/ruff check --no-cache capabilities worker bench tests
+
+test: lint
 	$(BIN)/python -m pytest -q -m "not slow"
 
 test-slow: venv

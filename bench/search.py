@@ -25,7 +25,12 @@ from typing import Any
 from capabilities.corpus import SQLiteCorpus
 from capabilities.corpus.query import STOPWORDS
 from capabilities.corpus.schema import open_writer
-from capabilities.corpus.writer import DocumentRecord, chunk_id_for, document_id_for, write_document
+from capabilities.corpus.writer import (
+    DocumentRecord,
+    chunk_id_for,
+    document_id_for,
+    write_document,
+)
 from capabilities.store import Chunk, Document
 
 SIZES = (1_000, 10_000, 100_000)

@@ -16,15 +16,39 @@ from types import MappingProxyType
 from typing import Any, ClassVar, TypeVar
 
 from pydantic import BaseModel, Field
-from pydantic_ai import DeferredToolRequests, FunctionToolset, ModelRetry, RunContext, Tool, ToolFailed
+from pydantic_ai import (
+    DeferredToolRequests,
+    FunctionToolset,
+    ModelRetry,
+    RunContext,
+    Tool,
+    ToolFailed,
+)
 from pydantic_ai._function_schema import FunctionSchema
-from pydantic_ai.capabilities import AbstractCapability, ValidatedToolArgs, WrapRunHandler, WrapToolExecuteHandler
-from pydantic_ai.messages import BinaryContent, InstructionPart, ToolCallPart, ToolReturn
+from pydantic_ai.capabilities import (
+    AbstractCapability,
+    ValidatedToolArgs,
+    WrapRunHandler,
+    WrapToolExecuteHandler,
+)
+from pydantic_ai.messages import (
+    BinaryContent,
+    InstructionPart,
+    ToolCallPart,
+    ToolReturn,
+)
 from pydantic_ai.models import ModelRequestContext
 from pydantic_ai.run import AgentRunResult
 from pydantic_ai.tools import ToolDefinition
 
-from .budgets import GRACE_REQUESTS, budget_notice, called_own_tool, limit_reached, spent_tools, tools_to_offer
+from .budgets import (
+    GRACE_REQUESTS,
+    budget_notice,
+    called_own_tool,
+    limit_reached,
+    spent_tools,
+    tools_to_offer,
+)
 from .citing import (
     CHUNK_ID_MATCH_CUTOFF,
     CITE_NONE_ACK,

@@ -26,8 +26,19 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.models import ModelRequestContext
 
-from .capsule import CAPSULE_HEADER, Capsule, RetainedPicture, build_capsule, group_label
-from .evidence import DiscoveredEvidence, discover_evidence, evidence_owner, question_in_progress
+from .capsule import (
+    CAPSULE_HEADER,
+    Capsule,
+    RetainedPicture,
+    build_capsule,
+    group_label,
+)
+from .evidence import (
+    DiscoveredEvidence,
+    discover_evidence,
+    evidence_owner,
+    question_in_progress,
+)
 from .pictures import decode_picture
 from .tags import TagSigner, is_our_picture
 

@@ -217,7 +217,9 @@ def create_api(settings: Settings | None = None, *, producer: Producer | None = 
     api.include_router(metrics_router)
     api.include_router(batches, dependencies=[Depends(current_caller)])
     api.include_router(jobs, dependencies=[Depends(current_caller)])
-    from .conversations_api import conversations  # these routers build on this module's dependencies
+    from .conversations_api import (
+        conversations,  # these routers build on this module's dependencies
+    )
     from .report_api import reports
 
     api.include_router(reports, dependencies=[Depends(current_caller)])

@@ -22,7 +22,14 @@ from .conversations import (
     lock_ttl_s,
 )
 from .jobs import Batch, Job, JobResult
-from .run import Checkpoint, Commit, Runtime, conversation_id_for, failed_result, run_job
+from .run import (
+    Checkpoint,
+    Commit,
+    Runtime,
+    conversation_id_for,
+    failed_result,
+    run_job,
+)
 
 FINISHED = frozenset({"succeeded", "failed", "cancelled"})
 

@@ -17,7 +17,11 @@ from typing import Any
 
 from pydantic_ai.messages import ModelMessagesTypeAdapter
 
-from capabilities.ledger import CapabilityEvidenceRecord, CitationStatus, citation_status
+from capabilities.ledger import (
+    CapabilityEvidenceRecord,
+    CitationStatus,
+    citation_status,
+)
 from capabilities.policy import POLICY_NAMESPACE
 from capabilities.tags import TagSigner
 

@@ -61,7 +61,13 @@ def experiment(
     timeout: Annotated[float, typer.Option(help="seconds to wait for every batch to finish")] = 3600.0,
 ) -> None:
     """Run the same questions in each arm (V2), wait with progress, and write report.html + report.json."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+    )
 
     from .config import MissingTagKeys, get_settings
     from .evaluation import load_reviews

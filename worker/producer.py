@@ -22,7 +22,15 @@ from .conversations import (
     StoredComposition,
     composition_differences,
 )
-from .jobs import CONFIG_LINE, Batch, BatchReport, Job, JobConfig, JobLineError, parse_batch
+from .jobs import (
+    CONFIG_LINE,
+    Batch,
+    BatchReport,
+    Job,
+    JobConfig,
+    JobLineError,
+    parse_batch,
+)
 from .models import ModelUnavailable, check_model_allowed
 from .results import ResultsStore
 from .task_events import task_labels

@@ -23,7 +23,13 @@ from .chunking import chunk_blocks
 from .htmlparse import parse_html
 from .parsing import ParsedText, PictureSource, parse_markdown, parse_text
 from .schema import open_writer
-from .writer import DocumentRecord, StoredPicture, chunk_id_for, document_id_for, write_document
+from .writer import (
+    DocumentRecord,
+    StoredPicture,
+    chunk_id_for,
+    document_id_for,
+    write_document,
+)
 
 PARSERS: dict[str, tuple[str, Callable[[str], ParsedText]]] = {
     ".md": ("markdown", parse_markdown),

@@ -19,7 +19,13 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ..store import PICTURE_REF_PREFIX, Chunk, Document, RetrievedChunk, retrieved_from_chunk
+from ..store import (
+    PICTURE_REF_PREFIX,
+    Chunk,
+    Document,
+    RetrievedChunk,
+    retrieved_from_chunk,
+)
 from .chunking import PARAGRAPH_SEPARATOR
 from .query import match_expression
 from .schema import open_reader, open_writer
