@@ -106,13 +106,16 @@ def api(url: str, path: str) -> Any:
     return response.json()
 
 
-def workers_seen(url: str, name: str, timeout: float = 20.0) -> dict:
-    """Flower applies inspect replies on its event loop after answering, so ask, then read again."""
+def workers_seen(url: str, name: str, timeout: float = 30.0) -> dict:
+    """Flower applies inspect replies on its event loop after answering, so ask, then read again; a
+    worker that joined the broadcast channel after an ask misses it, so keep asking until it answers."""
     deadline = time.monotonic() + timeout
-    workers = api(url, "/api/workers?refresh=1")
+    workers: dict = {}
     while name not in workers and time.monotonic() < deadline:
-        time.sleep(0.2)
-        workers = api(url, "/api/workers")
+        workers = api(url, "/api/workers?refresh=1")
+        if name not in workers:
+            time.sleep(0.5)
+            workers = api(url, "/api/workers")
     return workers
 
 
