@@ -62,6 +62,10 @@ def create_app(settings: Settings) -> Celery:
         worker_send_task_events=True,
         task_send_sent_event=True,
         broker_connection_retry_on_startup=True,
+        # a Redis that restarts can answer with channel errors (a reply cut off mid-restart) before
+        # the connection itself fails; those are recoverable too, or the worker exits instead of
+        # reconnecting (tests/reliability/test_redis_restart.py)
+        broker_channel_error_retry=True,
         worker_pool=settings.pool,
         worker_concurrency=settings.concurrency,
     )

@@ -75,4 +75,6 @@ def test_redis_killed_and_restarted_mid_batch_loses_nothing_and_everyone_reconne
         finished = [e["job_id"] for e in events if e["event"] == "job_finished"]
         assert sorted(finished) == sorted(before) and sum(e["event"] == "batch_finished" for e in events) == 1
         assert len(list(client.results(second["id"]))) == 4
-    assert all(w.process.poll() is None for w in workers), "the workers rode out the restart themselves"
+    dead = [w for w in workers if w.process.poll() is not None]
+    assert not dead, "the workers must ride out the restart themselves:\n" + "\n".join(
+        f"{w.name} exited {w.process.returncode}:\n{w.output()[-4000:]}" for w in dead)
