@@ -168,7 +168,11 @@ def get_events(
     after: Annotated[str | None, Query(pattern=r"^\d{1,20}(-\d{1,20})?$", description="an event id")] = None,
     count: Annotated[int, Query(ge=1, le=10_000)] = 1000,
 ) -> list[dict[str, Any]]:
-    return [{"id": eid, **fields} for eid, fields in producer.store.events(batch.id, after=after, count=count)]
+    try:
+        events = producer.store.events(batch.id, after=after, count=count)
+    except ValueError as exc:
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, detail=str(exc)) from None
+    return [{"id": eid, **fields} for eid, fields in events]
 
 
 @batches.post("/{batch_id}/cancel", status_code=status.HTTP_202_ACCEPTED, responses=_NOT_FOUND)

@@ -300,7 +300,9 @@ class ResultsStore:
             yield JobResult.model_validate_json(raw)
 
     def events(self, batch_id: str, *, after: str | None = None, count: int = 1000) -> list[tuple[str, dict[str, str]]]:
-        start = "-" if after is None else f"({after}"
+        start = "-" if after is None else event_id_after(after)
+        if start is None:
+            return []
         entries = self.redis.xrange(self.key(BATCH_EVENTS_KEY, batch_id=batch_id), min=start, count=count)
         return [(eid.decode(), {k.decode(): v.decode() for k, v in fields.items()}) for eid, fields in entries]
 
@@ -320,3 +322,20 @@ class ResultsStore:
         if keys:
             removed += self.redis.delete(*keys)
         return removed
+
+
+STREAM_ID_PART_MAX = 2**64 - 1
+
+
+def event_id_after(after: str) -> str | None:
+    """The first stream id that follows `after` (`MS-SEQ`, or `MS` for `MS-0`), or None when none can.
+
+    Redis refuses ids whose parts pass 2**64 - 1 and an exclusive range after the largest id, so the
+    successor is computed here and a bad id is a ValueError for the caller to report, not a 500."""
+    ms_text, _, seq_text = after.partition("-")
+    ms, seq = int(ms_text), int(seq_text or 0)
+    if ms > STREAM_ID_PART_MAX or seq > STREAM_ID_PART_MAX:
+        raise ValueError(f"event id {after!r} is out of range: each part is at most {STREAM_ID_PART_MAX}")
+    if seq < STREAM_ID_PART_MAX:
+        return f"{ms}-{seq + 1}"
+    return None if ms == STREAM_ID_PART_MAX else f"{ms + 1}-0"

@@ -21,6 +21,7 @@ from worker.api import create_api
 from worker.app import QUEUE
 from worker.client import BatchRejected, GroundedClient, NotFound
 from worker.producer import Producer
+from worker.results import STREAM_ID_PART_MAX, event_id_after
 
 TOKENS = {"tok-acme": "acme", "tok-globex": "globex"}
 
@@ -125,3 +126,29 @@ def test_openapi_lists_the_routes(api_url: str) -> None:
     assert {"/v1/batches", "/v1/batches/{batch_id}", "/v1/batches/{batch_id}/results",
             "/v1/batches/{batch_id}/cancel", "/v1/jobs/{job_id}", "/healthz"} <= set(paths)
     assert "multipart/form-data" in paths["/v1/batches"]["post"]["requestBody"]["content"]
+
+
+def test_events_page_after_an_id_and_refuse_ids_redis_cannot_hold(acme: GroundedClient, api_url: str) -> None:
+    """Event ids are two 64-bit parts; a larger part is the caller's mistake (422), never a 500."""
+    accepted = acme.submit([{"custom_id": "e", "question": "When does the observatory open?"}],
+                           question_config(PASSAGES))
+    acme.wait(accepted["id"], timeout=30)
+    events = acme.events(accepted["id"])
+    assert len(events) >= 2
+    assert acme.events(accepted["id"], after=events[0]["id"]) == events[1:]
+    assert acme.events(accepted["id"], after=events[-1]["id"]) == []
+    largest = f"{STREAM_ID_PART_MAX}-{STREAM_ID_PART_MAX}"
+    assert acme.events(accepted["id"], after=largest) == []
+    for bad in ("19118683660616080163-1", f"1-{STREAM_ID_PART_MAX + 1}"):
+        response = httpx2.get(f"{api_url}/v1/batches/{accepted['id']}/events", params={"after": bad},
+                              headers={"Authorization": "Bearer tok-acme"})
+        assert response.status_code == 422 and "out of range" in response.text
+
+
+def test_event_id_after_is_the_next_id_redis_accepts() -> None:
+    assert event_id_after("5-3") == "5-4"
+    assert event_id_after("5") == "5-1"
+    assert event_id_after(f"5-{STREAM_ID_PART_MAX}") == "6-0"
+    assert event_id_after(f"{STREAM_ID_PART_MAX}-{STREAM_ID_PART_MAX}") is None
+    with pytest.raises(ValueError, match="out of range"):
+        event_id_after(f"{STREAM_ID_PART_MAX + 1}-0")
