@@ -77,20 +77,28 @@ def owes_declaration(records: Sequence[CapabilityEvidenceRecord], question: int)
     return has_evidence_to_declare(records, question) and citation_status(records, question=question) == "missing"
 
 
+def redirects_delivered(
+    messages: Sequence[ModelMessage], signer: TagSigner, conversation_id: str | None, question: int
+) -> int:
+    """The redirects for `question` that reached these messages. Only a verifying tag counts, so
+    quoting our wording or forging a tag is never mistaken for one (T3); an enqueued redirect that
+    never reached the history was never seen by the model, and is not counted (V5)."""
+    return sum(
+        isinstance(part, UserPromptPart)
+        and isinstance(part.content, str)
+        and is_our_redirect(signer, part.content, conversation_id, question)
+        for message in messages
+        if isinstance(message, ModelRequest)
+        for part in message.parts
+    )
+
+
 def already_asked(
     messages: Sequence[ModelMessage], signer: TagSigner, conversation_id: str | None, question: int
 ) -> bool:
     """P8. Read from the history, never remembered: every `for_run` builds a new instance, so only
-    the history remembers across a pause, and a redirect that never reached it was never seen.
-    Only a verifying tag counts, so quoting our wording or forging a tag cannot switch us off."""
-    return any(
-        isinstance(part, UserPromptPart)
-        and isinstance(part.content, str)
-        and is_our_redirect(signer, part.content, conversation_id, question)
-        for message in messages[question:]
-        if isinstance(message, ModelRequest)
-        for part in message.parts
-    )
+    the history remembers across a pause."""
+    return redirects_delivered(messages[question:], signer, conversation_id, question) > 0
 
 
 def ends_question(response: ModelResponse, output_tool_names: Collection[str]) -> bool:

@@ -22,12 +22,12 @@ from capabilities.ledger import (
     CitationStatus,
     citation_status,
 )
-from capabilities.policy import POLICY_NAMESPACE
+from capabilities.policy import POLICY_NAMESPACE, redirects_delivered
 from capabilities.tags import TagSigner
 
 from .jobs import JobResult
 from .judges import Judgements, Verdict, answer_text, answerable_label, rule_judgements
-from .turns import count_redirects, recorded_violation
+from .turns import recorded_violation
 
 STATUSES: tuple[CitationStatus, ...] = ("grounded", "ungrounded", "missing")
 Reviews = Mapping[str, bool]  # job_id -> invented (V4), from a reviewer's file
@@ -53,7 +53,8 @@ def evidence_records(state: Mapping[str, Any]) -> list[CapabilityEvidenceRecord]
 
 def recount_redirects(new_messages_json: bytes | str, signer: TagSigner, conversation_id: str | None, question: int) -> int:
     """V6: redirects recounted from the stored messages, exactly as the worker counted them."""
-    return count_redirects(ModelMessagesTypeAdapter.validate_json(new_messages_json), signer, conversation_id, question)
+    messages = ModelMessagesTypeAdapter.validate_json(new_messages_json)
+    return redirects_delivered(messages, signer, conversation_id, question)
 
 
 @dataclass(frozen=True)

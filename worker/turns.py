@@ -12,17 +12,15 @@ from typing import Any
 from pydantic_ai.messages import (
     ModelMessage,
     ModelMessagesTypeAdapter,
-    ModelRequest,
     ModelResponse,
     RetryPromptPart,
     ToolCallPart,
     ToolReturnPart,
-    UserPromptPart,
 )
 
 from capabilities.ledger import CapabilityEvidenceRecord, citation_status, declared_refs
-from capabilities.policy import POLICY_NAMESPACE, CitationPolicyState
-from capabilities.tags import TagSigner, is_our_redirect
+from capabilities.policy import POLICY_NAMESPACE, CitationPolicyState, redirects_delivered
+from capabilities.tags import TagSigner
 
 from .jobs import CitedChunk, TurnResult, Usage
 
@@ -59,22 +57,6 @@ def _cited(
         content=citation.get("content", ""),
         retrieved_this_question=occurrence is not None and q in occurrence.retrieved_in_questions,
     )
-
-
-def _user_texts(messages: Sequence[ModelMessage]) -> list[str]:
-    texts = []
-    for message in messages:
-        if isinstance(message, ModelRequest):
-            for part in message.parts:
-                if isinstance(part, UserPromptPart):
-                    items = [part.content] if isinstance(part.content, str) else part.content
-                    texts += [item for item in items if isinstance(item, str)]
-    return texts
-
-
-def count_redirects(messages: Sequence[ModelMessage], signer: TagSigner, conversation_id: str | None, q: int) -> int:
-    """V5: a redirect counts only if it reached the history with a tag that verifies for q."""
-    return sum(is_our_redirect(signer, text, conversation_id, q) for text in _user_texts(messages))
 
 
 def recorded_violation(state: Mapping[str, Any], question: int) -> bool:
@@ -133,7 +115,7 @@ def summarize_turn(
             _cited(state, r.capability, r.chunk_id, by_namespace.get(r.capability, CapabilityEvidenceRecord()), q)
             for r in refs
         ],
-        redirects=count_redirects(new_messages, signer, conversation_id, q),
+        redirects=redirects_delivered(new_messages, signer, conversation_id, q),
         violation=recorded_violation(state, q),
         n_requests=sum(isinstance(m, ModelResponse) for m in new_messages),
         tool_calls=dict(Counter(p.tool_name for p in parts if isinstance(p, ToolCallPart))),

@@ -13,10 +13,11 @@ from pydantic_ai.messages import (
     UserPromptPart,
 )
 
+from capabilities.policy import redirects_delivered
 from capabilities.tags import TagSigner, redirect_tag
 from tests.harness import PNG, SIGNER
 from worker.jobs import Usage
-from worker.turns import count_redirects, summarize_turn, wire_json
+from worker.turns import summarize_turn, wire_json
 
 
 def test_wire_transcripts_carry_picture_digests_not_bytes() -> None:
@@ -34,8 +35,8 @@ def test_only_verifying_redirect_tags_for_the_question_count() -> None:
     forged = f"Please cite. {redirect_tag(TagSigner([b'other']), 'job_1', 0)}"
     other_question = f"Please cite. {redirect_tag(SIGNER, 'job_1', 4)}"
     messages = [ModelRequest(parts=[UserPromptPart(text)]) for text in (ours, forged, other_question)]
-    assert count_redirects(messages, SIGNER, "job_1", 0) == 1
-    assert count_redirects(messages, SIGNER, "job_2", 0) == 0
+    assert redirects_delivered(messages, SIGNER, "job_1", 0) == 1
+    assert redirects_delivered(messages, SIGNER, "job_2", 0) == 0
 
 
 def test_H10_turn_fields_from_state_and_messages() -> None:
