@@ -12,7 +12,7 @@ import concurrent.futures
 import os
 import threading
 from collections.abc import Callable, Coroutine
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
 
@@ -42,14 +42,30 @@ class ProcessLoop:
         self.thread.join(timeout=5)
 
 
-_lock = threading.Lock()
-_current: tuple[int, ProcessLoop] | None = None
+class PerProcess(Generic[T]):
+    """One value per process, made on first use: a forked child makes its own instead of using the
+    parent's copy, whose threads and connections did not survive the fork."""
+
+    def __init__(self, make: Callable[[], T]) -> None:
+        self._make = make
+        self._lock = threading.Lock()
+        self._current: tuple[int, T] | None = None
+
+    def get(self) -> T:
+        with self._lock:
+            if self._current is None or self._current[0] != os.getpid():
+                self._current = (os.getpid(), self._make())
+            return self._current[1]
+
+    def reset(self) -> None:
+        """Forget this process's value, so the next `get` makes a new one (tests change settings)."""
+        with self._lock:
+            self._current = None
+
+
+_loop = PerProcess(ProcessLoop)
 
 
 def process_loop() -> ProcessLoop:
     """This process's loop, made on first use (and again in a forked child)."""
-    global _current
-    with _lock:
-        if _current is None or _current[0] != os.getpid():
-            _current = (os.getpid(), ProcessLoop())
-        return _current[1]
+    return _loop.get()

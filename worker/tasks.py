@@ -6,9 +6,7 @@ job never fails its batch: every outcome, failure included, is written as that j
 
 from __future__ import annotations
 
-import os
 import random
-import threading
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -22,7 +20,7 @@ from .conversation_jobs import run_conversation_job, take_turn
 from .conversations import ConversationStore
 from .jobs import Batch, Job, JobResult
 from .logs import bind_attempt, configure_logging, job_context
-from .loop import RunTimedOut, process_loop
+from .loop import PerProcess, RunTimedOut, process_loop
 from .metrics import record_cancelled, record_finished
 from .models import ModelCache
 from .outages import requeue_when_redis_is_down
@@ -53,26 +51,25 @@ class ProcessWorker:
     runtime: Runtime
 
 
-_lock = threading.Lock()
-_current: tuple[int, ProcessWorker] | None = None
+def _make_process_worker() -> ProcessWorker:
+    settings = get_settings()
+    signer = settings.signer()
+    store = ResultsStore.from_url(settings.redis_url, prefix=settings.key_prefix,
+                                  compress_over=settings.compress_over_bytes)
+    runtime = Runtime(
+        agents=AgentCache(signer=signer, corpora_dir=settings.corpora_dir),
+        models=ModelCache(allowlist=settings.model_allowlist, endpoint_key_bindings=settings.endpoint_key_bindings),
+        signer=signer,
+    )
+    return ProcessWorker(settings, store, runtime)
+
+
+_worker = PerProcess(_make_process_worker)
 
 
 def process_worker() -> ProcessWorker:
     """One store, agent cache and model cache per worker process, made after any fork."""
-    global _current
-    with _lock:
-        if _current is None or _current[0] != os.getpid():
-            settings = get_settings()
-            signer = settings.signer()
-            store = ResultsStore.from_url(settings.redis_url, prefix=settings.key_prefix,
-                                          compress_over=settings.compress_over_bytes)
-            runtime = Runtime(
-                agents=AgentCache(signer=signer, corpora_dir=settings.corpora_dir),
-                models=ModelCache(allowlist=settings.model_allowlist, endpoint_key_bindings=settings.endpoint_key_bindings),
-                signer=signer,
-            )
-            _current = (os.getpid(), ProcessWorker(settings, store, runtime))
-        return _current[1]
+    return _worker.get()
 
 
 def retry_delay(retries: int, retry_after: float | None, settings: Settings) -> float:

@@ -35,9 +35,10 @@ def in_process(redis_space: RedisSpace, data_dir: Path, monkeypatch: pytest.Monk
         if name.startswith("GROUNDED_"):
             monkeypatch.setenv(name, value)
     get_settings.cache_clear()
-    monkeypatch.setattr(tasks, "_current", None)
+    tasks._worker.reset()
     yield redis_space
     get_settings.cache_clear()
+    tasks._worker.reset()
 
 
 def submit_unqueued(space: RedisSpace, lines: list[dict], tenant: str):  # -> (Batch, list[Job])
