@@ -133,13 +133,7 @@ def start_workers(env: dict[str, str], log_dir: Path, *, n: int = 1, concurrency
     """Real `celery worker` processes (threads pool), started together and ready when they answer a ping."""
     workers = [start_local_worker(env, log_dir / f"worker-{uuid.uuid4().hex[:6]}.log", concurrency=concurrency,
                                   wait=False, loglevel="warning") for _ in range(n)]
-    try:
-        for worker in workers:
-            worker.wait_ready()
-    except BaseException:
-        stop_workers(workers)
-        raise
-    return workers
+    return ready(workers)
 
 
 def start_cpu_workers(env: dict[str, str], log_dir: Path, *, n: int, concurrency: int) -> list[LocalWorker]:
@@ -156,6 +150,11 @@ def start_cpu_workers(env: dict[str, str], log_dir: Path, *, n: int, concurrency
         with log.open("wb") as handle:
             process = subprocess.Popen(command, cwd=REPO, env=env, stdout=handle, stderr=subprocess.STDOUT)
         workers.append(LocalWorker(process, log, name, env))
+    return ready(workers)
+
+
+def ready(workers: list[LocalWorker]) -> list[LocalWorker]:
+    """Workers started together, returned once each answers a ping; all stopped if one never does."""
     try:
         for worker in workers:
             worker.wait_ready()
