@@ -26,6 +26,7 @@ from .run import (
     Checkpoint,
     Commit,
     Runtime,
+    commit_nothing,
     conversation_id_for,
     failed_result,
     run_job,
@@ -58,10 +59,6 @@ def take_turn(conversations: ConversationStore, job: Job, settings: Settings) ->
     return lock
 
 
-async def _nothing(checkpoint: Checkpoint) -> None:
-    return None
-
-
 async def run_conversation_job(
     job: Job,
     batch: Batch,
@@ -71,7 +68,7 @@ async def run_conversation_job(
     attempts: int = 1,
     started_at: datetime | None = None,
     timeout_s: float | None = None,
-    progress: Commit = _nothing,
+    progress: Commit = commit_nothing,
 ) -> JobResult:
     """Loads the conversation (a conversation job creates it), refuses a different composition before
     the agent runs (H3), then runs the job's remaining turns, committing after each (H4)."""

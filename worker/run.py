@@ -72,8 +72,9 @@ class Checkpoint:
 Commit = Callable[[Checkpoint], Awaitable[None]]
 
 
-async def _keep_in_memory(checkpoint: Checkpoint) -> None:
-    """A question job has nothing to resume, so its only commit is the result itself."""
+async def commit_nothing(checkpoint: Checkpoint) -> None:
+    """A question job has nothing to resume, so its only commit is the result itself; a caller
+    without progress to report passes this too."""
 
 
 @dataclass
@@ -176,7 +177,7 @@ async def run_job(
     attempts: int = 1,
     started_at: datetime | None = None,
     checkpoint: Checkpoint | None = None,
-    commit: Commit = _keep_in_memory,
+    commit: Commit = commit_nothing,
     timeout_s: float | None = None,
 ) -> JobResult:
     """Returns a succeeded or failed result; raises TransientModelError when a re-run may succeed.
