@@ -7,7 +7,7 @@ each it does a fixed amount of pure-Python work, so throughput is in units of wo
 overlap inside one process (the GIL) and can only scale across processes. Everything else is the
 production path: the task, the results store, the capabilities, the SQLite corpus.
 
-Only this launcher knows the model; it wraps `worker.models.build_model`, which `ModelCache`
+Only this launcher knows the model; it wraps `worker.runtime.llms.build_model`, which `ModelCache`
 looks up at call time, and leaves every other model name to the original.
 """
 
@@ -42,7 +42,7 @@ def cpu_model() -> Any:
 
 
 def install() -> None:
-    import worker.models as models
+    import worker.runtime.llms as models
 
     original = models.build_model
 

@@ -26,8 +26,8 @@ from typing import Any
 import redis
 from fastapi import Request
 
-from worker.embedded import EmbeddedRedis, free_port
-from worker.local import LocalWorker, start_local_worker
+from worker.store.embedded import EmbeddedRedis, free_port
+from worker.tasks.worker_process import WorkerProcess, start_worker_process
 
 REPO = Path(__file__).resolve().parent.parent
 CORPUS = "handbook"
@@ -129,16 +129,16 @@ def new_prefix() -> str:
     return f"bench:{uuid.uuid4().hex[:10]}:"
 
 
-def start_workers(env: dict[str, str], log_dir: Path, *, n: int = 1, concurrency: int = 4) -> list[LocalWorker]:
+def start_workers(env: dict[str, str], log_dir: Path, *, n: int = 1, concurrency: int = 4) -> list[WorkerProcess]:
     """Real `celery worker` processes (threads pool), started together and ready when they answer a ping."""
-    workers = [start_local_worker(env, log_dir / f"worker-{uuid.uuid4().hex[:6]}.log", concurrency=concurrency,
+    workers = [start_worker_process(env, log_dir / f"worker-{uuid.uuid4().hex[:6]}.log", concurrency=concurrency,
                                   wait=False, loglevel="warning") for _ in range(n)]
     return ready(workers)
 
 
-def start_cpu_workers(env: dict[str, str], log_dir: Path, *, n: int, concurrency: int) -> list[LocalWorker]:
+def start_cpu_workers(env: dict[str, str], log_dir: Path, *, n: int, concurrency: int) -> list[WorkerProcess]:
     """Workers launched through bench/cpu_worker.py (the production worker plus the `bench-cpu` model)."""
-    from worker.app import QUEUE
+    from worker.store.keys import QUEUE
 
     workers = []
     for _ in range(n):
@@ -149,11 +149,11 @@ def start_cpu_workers(env: dict[str, str], log_dir: Path, *, n: int, concurrency
                    "--without-heartbeat"]
         with log.open("wb") as handle:
             process = subprocess.Popen(command, cwd=REPO, env=env, stdout=handle, stderr=subprocess.STDOUT)
-        workers.append(LocalWorker(process, log, name, env))
+        workers.append(WorkerProcess(process, log, name, env))
     return ready(workers)
 
 
-def ready(workers: list[LocalWorker]) -> list[LocalWorker]:
+def ready(workers: list[WorkerProcess]) -> list[WorkerProcess]:
     """Workers started together, returned once each answers a ping; all stopped if one never does."""
     try:
         for worker in workers:
@@ -164,7 +164,7 @@ def ready(workers: list[LocalWorker]) -> list[LocalWorker]:
     return workers
 
 
-def stop_workers(workers: list[LocalWorker]) -> None:
+def stop_workers(workers: list[WorkerProcess]) -> None:
     for worker in workers:
         worker.stop()
 
@@ -186,7 +186,7 @@ class APIServer:
 def start_api(settings: Any) -> APIServer:
     import uvicorn
 
-    from worker.api import create_api
+    from worker.api.app import create_api
 
     port = free_port()
     config = uvicorn.Config(create_api(settings), host="127.0.0.1", port=port, log_level="warning", access_log=False)
@@ -202,7 +202,7 @@ def start_api(settings: Any) -> APIServer:
 
 
 def settings_for(redis_url: str, prefix: str, data: Path) -> Any:
-    from worker.config import Settings
+    from worker.settings import Settings
 
     return Settings(redis_url=redis_url, key_prefix=prefix, data_dir=data, tag_keys=[TAG_KEY],  # type: ignore[arg-type]
                     api_tokens={API_TOKEN: TENANT})

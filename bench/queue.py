@@ -96,9 +96,9 @@ def whole_path(client: Any) -> PathTiming:
 def bare_agent(data: Path) -> Any:
     """The agent the worker builds for this config, and the model it resolves, run here."""
     from capabilities.tags import TagSigner
-    from worker.agents import build_agent
-    from worker.jobs import JobConfig
-    from worker.models import build_model
+    from worker.jobs.models import JobConfig
+    from worker.runtime.agents import build_agent
+    from worker.runtime.llms import build_model
 
     config = JobConfig.model_validate(CONFIG)
     built = build_agent(config, "question", signer=TagSigner([infra.TAG_KEY.encode()]), corpora_dir=data / "corpora")

@@ -39,7 +39,7 @@ CONFIG: dict[str, Any] = {
 
 
 def set_consuming(app: Any, worker: Any, on: bool) -> None:
-    from worker.app import QUEUE
+    from worker.store.keys import QUEUE
 
     if on:
         replies = app.control.add_consumer(QUEUE, destination=[worker.name], reply=True, timeout=5)

@@ -19,7 +19,7 @@ import pytest
 import redis
 
 if TYPE_CHECKING:
-    from worker.local import LocalWorker
+    from worker.tasks.worker_process import WorkerProcess
 
 REPO = Path(__file__).resolve().parent.parent
 TEST_TAG_KEY = "test-tag-key"
@@ -40,7 +40,7 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServ
     if url:
         yield RedisServer(url)
         return
-    from worker.embedded import EmbeddedRedis
+    from worker.store.embedded import EmbeddedRedis
 
     server = EmbeddedRedis(tmp_path_factory.mktemp("redis"))
     try:
@@ -61,7 +61,7 @@ class RedisSpace:
         return self.server.url
 
     def store(self):  # -> worker.results.ResultsStore
-        from worker.results import ResultsStore
+        from worker.store.results import ResultsStore
 
         return ResultsStore.from_url(self.url, prefix=self.prefix)
 
@@ -117,20 +117,20 @@ def worker_env(space: RedisSpace, data_dir: Path, **overrides: str | None) -> di
     return env
 
 
-def start_worker(env: dict[str, str], log_dir: Path, *, wait: bool = True) -> LocalWorker:
+def start_worker(env: dict[str, str], log_dir: Path, *, wait: bool = True) -> WorkerProcess:
     """A real `celery worker` process (threads pool) with the test's settings in its environment."""
-    from worker.local import start_local_worker
+    from worker.tasks.worker_process import start_worker_process
 
-    return start_local_worker(env, log_dir / f"worker-{uuid.uuid4().hex[:8]}.log",
+    return start_worker_process(env, log_dir / f"worker-{uuid.uuid4().hex[:8]}.log",
                               concurrency=int(env.get("GROUNDED_CONCURRENCY", "4")), wait=wait)
 
 
 @pytest.fixture
-def worker_process(tmp_path: Path) -> Iterator[Callable[..., LocalWorker]]:
+def worker_process(tmp_path: Path) -> Iterator[Callable[..., WorkerProcess]]:
     """A factory: `worker_process(env)` starts a real worker with the test's settings; all stop at teardown."""
-    started: list[LocalWorker] = []
+    started: list[WorkerProcess] = []
 
-    def start(env: dict[str, str], *, wait: bool = True) -> LocalWorker:
+    def start(env: dict[str, str], *, wait: bool = True) -> WorkerProcess:
         worker = start_worker(env, tmp_path, wait=wait)
         started.append(worker)
         return worker

@@ -1,4 +1,8 @@
-"""The job side: settings, jobs, the Celery worker, the results store, the producer API and the CLI.
+"""The job side: everything about batches, jobs, queues and results. It imports `capabilities`;
+nothing in `capabilities` imports it.
 
-It imports `capabilities`; nothing in `capabilities` imports it.
+Layers, top to bottom (each imports only those below it; `lint-imports` checks this):
+`api`, `cli` → `evaluation` → `producer`, `client` → `tasks` → `runtime` → `store` → `jobs` →
+`settings`, `redaction`. `worker.app` is the worker's Celery app, for `celery -A worker.app`.
+docs/design/architecture.md walks a job through these modules.
 """

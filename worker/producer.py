@@ -12,28 +12,22 @@ from typing import Any
 
 from celery import Celery
 
-from .app import ANSWER_JOB, QUEUE, create_app
-from .composition import known_corpora
-from .config import Settings
-from .conversations import (
+from worker.jobs.allowlist import ModelUnavailable, check_model_allowed
+from worker.jobs.composition import known_corpora
+from worker.jobs.lines import CONFIG_LINE, BatchReport, JobLineError, parse_batch
+from worker.jobs.models import Batch, Job, JobConfig
+from worker.settings import Settings
+from worker.store.conversations import (
     CompositionMismatch,
     ConversationNotFound,
     ConversationStore,
     StoredComposition,
     composition_differences,
 )
-from .jobs import (
-    CONFIG_LINE,
-    Batch,
-    BatchReport,
-    Job,
-    JobConfig,
-    JobLineError,
-    parse_batch,
-)
-from .models import ModelUnavailable, check_model_allowed
-from .results import ResultsStore
-from .task_events import task_labels
+from worker.store.keys import QUEUE
+from worker.store.results import ResultsStore
+from worker.tasks.celery_app import ANSWER_JOB, create_app
+from worker.tasks.events import task_labels
 
 
 class Producer:

@@ -1,9 +1,9 @@
-"""Secrets out of error messages: a provider may quote the key it was sent ("Incorrect API key
-provided: sk-..."), and a job's error message is stored, served by the API and logged.
+"""What counts as a secret, and how it is kept out of what we store, serve and log.
 
-The secrets are the worker's own: the values of environment variables whose names say they hold
-one (…_KEY, …_KEYS, …_TOKEN(S), …_SECRET, …_PASSWORD: model keys, GROUNDED_TAG_KEYS,
-GROUNDED_API_TOKENS), split into their listed parts, and the job endpoint's key, whatever its name.
+Two leaks it closes: a provider may quote the key it was sent ("Incorrect API key provided:
+sk-..."), and a job's error message is stored, served by the API and logged; and a careless log
+call may pass a key, a token or a whole document as a field. One list of secret-looking names
+serves both, so the log filter and the error scrubber cannot drift apart.
 """
 
 from __future__ import annotations
@@ -12,28 +12,36 @@ import os
 import re
 from collections.abc import Iterable, Mapping
 
-from .jobs import JobConfig
-
 REDACTED = "[redacted]"
 MIN_SECRET_CHARS = 8  # shorter values (a tenant name, a flag) would redact ordinary words
-_SECRET_NAME = re.compile(r"(^|_)(KEY|KEYS|TOKEN|TOKENS|SECRET|SECRETS|PASSWORD|PASSWD|CREDENTIALS?)$", re.I)
+# the last word of a name; `TOKENS` only as API_TOKENS, since `input_tokens` counts tokens, it holds none
+_SECRET_NAME = re.compile(
+    r"(^|_)(KEYS?|TOKEN|API_TOKENS|SECRETS?|PASSWORD|PASSWD|CREDENTIALS?|AUTHORIZATION|COOKIE|BEARER)$", re.I
+)
 _LIST_SEPARATORS = re.compile(r"[\s,;=\"'{}\[\]]+")
 
 
-def secret_values(environ: Mapping[str, str], config: JobConfig | None = None) -> set[str]:
+def is_secret_name(name: str) -> bool:
+    """`OPENAI_API_KEY`, `GROUNDED_TAG_KEYS`, `api_tokens`, `authorization`, `bearer`, ..."""
+    return bool(_SECRET_NAME.search(name))
+
+
+def secret_values(environ: Mapping[str, str], extra_names: Iterable[str] = ()) -> set[str]:
+    """The values of environment variables whose names say they hold a secret, split into their
+    listed parts (GROUNDED_TAG_KEYS, GROUNDED_API_TOKENS), plus those of `extra_names` (a job
+    endpoint's key variable, whatever its name)."""
+    named = [value for name, value in environ.items() if is_secret_name(name)]
+    named += [environ.get(name, "") for name in extra_names]
     values: set[str] = set()
-    named = [value for name, value in environ.items() if _SECRET_NAME.search(name)]
-    if config is not None and config.endpoint is not None and config.endpoint.api_key_env:
-        named.append(environ.get(config.endpoint.api_key_env, ""))
     for value in named:
         values.add(value.strip())
         values.update(_LIST_SEPARATORS.split(value))
     return {v for v in values if len(v) >= MIN_SECRET_CHARS}
 
 
-def scrub(text: str, config: JobConfig | None = None, *, environ: Mapping[str, str] | None = None) -> str:
-    """`text` with every secret this worker holds replaced, longest first (a key inside a list)."""
-    found: Iterable[str] = secret_values(os.environ if environ is None else environ, config)
+def scrub(text: str, extra_names: Iterable[str] = (), *, environ: Mapping[str, str] | None = None) -> str:
+    """`text` with every secret this process holds replaced, longest first (a key inside a list)."""
+    found = secret_values(os.environ if environ is None else environ, extra_names)
     for secret in sorted(found, key=len, reverse=True):
         text = text.replace(secret, REDACTED)
     return text

@@ -41,11 +41,11 @@ from tests.worker.conftest import (
     question_config,
     settings_for,
 )
-from worker.app import QUEUE
-from worker.embedded import free_port
-from worker.local import LocalWorker
 from worker.producer import Producer
-from worker.results import BatchProgress
+from worker.store.embedded import free_port
+from worker.store.keys import QUEUE
+from worker.store.results import BatchProgress
+from worker.tasks.worker_process import WorkerProcess
 
 PASSAGES = {"PassageSearchCapability": {"corpus": CORPUS}}
 JOB_S = 10  # the longest a test job may run (three ~1 s requests, on a busy machine)
@@ -82,7 +82,7 @@ def endpoint_config(server: FaultyOpenAI, *capabilities: Any, **extra: Any) -> d
 
 
 def launch_worker(env: dict[str, str], log_dir: Path, *, pool: str = "threads", concurrency: int = 3,
-                  wait: bool = True) -> LocalWorker:
+                  wait: bool = True) -> WorkerProcess:
     """A real `celery worker`, like worker.local's but with the pool chosen (prefork has children to kill)."""
     name = f"rel-{uuid.uuid4().hex[:8]}@localhost"
     env = {**env, "GROUNDED_POOL": pool}  # celery reads `--pool prefork` as "the default" and keeps the app's pool
@@ -92,7 +92,7 @@ def launch_worker(env: dict[str, str], log_dir: Path, *, pool: str = "threads", 
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("wb") as handle:
         process = subprocess.Popen(command, cwd=REPO, env=env, stdout=handle, stderr=subprocess.STDOUT)
-    worker = LocalWorker(process, log, name, env)
+    worker = WorkerProcess(process, log, name, env)
     if wait:
         worker.wait_ready(timeout=90)
     return worker
@@ -121,7 +121,7 @@ class Fleet:
     env: dict[str, str]
     log_dir: Path
     producer: Producer
-    workers: list[LocalWorker] = field(default_factory=list)
+    workers: list[WorkerProcess] = field(default_factory=list)
     kills: list[tuple[int, str, str]] = field(default_factory=list)  # (pid, what, job id) per kill -9
     strays: list[psutil.Process] = field(default_factory=list)  # pool children seen, reaped at teardown
 
@@ -129,7 +129,7 @@ class Fleet:
     def store(self):  # -> ResultsStore
         return self.producer.store
 
-    def start(self, *, pool: str = "threads", concurrency: int = 3, wait: bool = True) -> LocalWorker:
+    def start(self, *, pool: str = "threads", concurrency: int = 3, wait: bool = True) -> WorkerProcess:
         worker = launch_worker(self.env, self.log_dir, pool=pool, concurrency=concurrency, wait=wait)
         self.workers.append(worker)
         return worker
@@ -139,7 +139,7 @@ class Fleet:
         assert report.ok, [e.as_dict() for e in report.errors]
         return self.producer.submit(report, tenant=tenant).id
 
-    def active(self, worker: LocalWorker, timeout: float = 1.0) -> list[dict[str, Any]]:
+    def active(self, worker: WorkerProcess, timeout: float = 1.0) -> list[dict[str, Any]]:
         """The jobs a worker is running now, with the pid of the process running each."""
         replies = self.producer.app.control.inspect(destination=[worker.name], timeout=timeout).active() or {}
         return list(replies.get(worker.name, []))
@@ -180,7 +180,7 @@ class Fleet:
         self.producer.app.close()
 
 
-def wait_for_running_job(fleet: Fleet, worker: LocalWorker, *, child: bool, job_id: str | None = None,
+def wait_for_running_job(fleet: Fleet, worker: WorkerProcess, *, child: bool, job_id: str | None = None,
                          timeout: float = 40) -> dict[str, Any]:
     """A job this worker has been running for a moment (so the kill lands mid-job), with its pid;
     the job killed least often so far, or `job_id` when given."""

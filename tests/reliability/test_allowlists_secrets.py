@@ -21,12 +21,12 @@ import redis
 from tests.conftest import RedisSpace
 from tests.reliability.conftest import PASSAGES, endpoint_config
 from tests.worker.conftest import FAKE_KEY_ENV, question_config, serve, settings_for
-from worker.api import create_api
+from worker.api.app import create_api
 from worker.client import GroundedClient
-from worker.composition import ALLOWED
-from worker.config import Settings
-from worker.jobs import CONFIG_LINE
+from worker.jobs.composition import ALLOWED
+from worker.jobs.lines import CONFIG_LINE
 from worker.producer import Producer
+from worker.settings import Settings
 
 LINE = [{"custom_id": "a", "question": "When does the observatory open?"}]
 

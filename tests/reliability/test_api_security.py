@@ -24,9 +24,9 @@ from schemathesis.checks import not_a_server_error
 from tests.conftest import RedisServer, new_space, worker_env
 from tests.reliability.conftest import launch_worker
 from tests.worker.conftest import PASSAGES, POLICY, question_config, serve, settings_for
-from worker.api import create_api
+from worker.api.app import create_api
 from worker.client import GroundedClient
-from worker.config import Settings
+from worker.settings import Settings
 
 TOKENS = {"tok-acme": "acme", "tok-globex": "globex"}
 ACME = {"Authorization": "Bearer tok-acme"}

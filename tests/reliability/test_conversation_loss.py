@@ -20,7 +20,7 @@ from tests.worker.test_conversations import (
     QUESTIONS,
     history_questions,
 )
-from worker.conversations import ConversationStore
+from worker.store.conversations import ConversationStore
 
 pytestmark = pytest.mark.slow
 

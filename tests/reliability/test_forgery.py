@@ -52,9 +52,10 @@ from tests.harness import (
     tool_returns,
     user_texts,
 )
-from worker.agents import BuiltAgent, build_agent
-from worker.jobs import CONFIG_LINE, JobConfig, parse_batch
-from worker.turns import records_of
+from worker.jobs.lines import CONFIG_LINE, parse_batch
+from worker.jobs.models import JobConfig
+from worker.runtime.agents import BuiltAgent, build_agent
+from worker.runtime.turns import records_of
 
 SIGNER = TagSigner([b"the-workers-tag-key"])
 ATTACKER = TagSigner([b"a-key-the-attacker-made-up"])

@@ -22,7 +22,7 @@ from tests.reliability.conftest import RECOVERY, endpoint_config, launch_worker
 from tests.reliability.faulty_openai import FAULTS, UNKNOWN_TOOL, FaultyOpenAI
 from tests.worker.conftest import FAKE_KEY, FAKE_KEY_ENV, settings_for
 from tests.worker.fake_openai import FAKE_ANSWER
-from worker.jobs import JobResult
+from worker.jobs.models import JobResult
 from worker.producer import Producer
 
 pytestmark = pytest.mark.slow

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from tests.reliability.conftest import endpoint_config, wait_for_running_job
-from worker.tasks import WorkerLost
+from worker.tasks.process import WorkerLost
 
 pytestmark = pytest.mark.slow
 

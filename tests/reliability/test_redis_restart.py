@@ -16,7 +16,7 @@ import pytest
 
 from tests.reliability.conftest import OwnedRedis, endpoint_config, owned_space
 from tests.worker.conftest import serve, settings_for
-from worker.api import create_api
+from worker.api.app import create_api
 from worker.client import GroundedClient
 from worker.producer import Producer
 

@@ -23,7 +23,7 @@ from tests.reliability.conftest import (
     wait_for_running_job,
 )
 from tests.worker.fake_openai import FAKE_ANSWER
-from worker.jobs import JobResult
+from worker.jobs.models import JobResult
 
 pytestmark = pytest.mark.slow
 

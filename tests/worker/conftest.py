@@ -28,11 +28,11 @@ from tests.conftest import (
     worker_env,
 )
 from tests.worker.fake_openai import FakeOpenAI
-from worker.config import Settings
-from worker.embedded import free_port
-from worker.local import LocalWorker
 from worker.producer import Producer
-from worker.results import BatchProgress, ResultsStore
+from worker.settings import Settings
+from worker.store.embedded import free_port
+from worker.store.results import BatchProgress, ResultsStore
+from worker.tasks.worker_process import WorkerProcess
 
 CORPUS = "handbook"
 FAKE_KEY_ENV = "GROUNDED_TEST_FAKE_LLM_KEY"
@@ -63,7 +63,7 @@ class Cluster:
     """A Redis space with a running worker, and a producer for it."""
 
     space: RedisSpace
-    worker: LocalWorker | None
+    worker: WorkerProcess | None
     producer: Producer
 
     @property

@@ -22,7 +22,7 @@ import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from worker.embedded import free_port
+from worker.store.embedded import free_port
 
 FAKE_ANSWER = "Fake answer from the knowledge base."
 SLOW_S = 4.0

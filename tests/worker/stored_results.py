@@ -18,7 +18,7 @@ from capabilities.ledger import CapabilityEvidenceRecord, EvidenceRef
 from capabilities.policy import POLICY_NAMESPACE, redirect_text
 from capabilities.tags import TagSigner
 from tests.harness import SIGNER, pc, ps
-from worker.jobs import CitedChunk, JobError, JobResult, TurnResult
+from worker.jobs.models import CitedChunk, JobError, JobResult, TurnResult
 
 Status = Literal["grounded", "ungrounded", "missing"]
 NOW = datetime(2026, 1, 1, tzinfo=UTC)

@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 
 from tests.harness import SIGNER
-from worker.agents import AgentCache, build_agent, evidence_request_limit
-from worker.composition import CompositionError, corpus_path
-from worker.jobs import JobConfig
+from worker.jobs.composition import CompositionError, corpus_path
+from worker.jobs.models import JobConfig
+from worker.runtime.agents import AgentCache, build_agent, evidence_request_limit
 
 ALL_LISTED = {"agent": {"model": "extractive", "instructions": "Answer from the knowledge base.", "capabilities": [
     {"PassageSearchCapability": {"corpus": "handbook", "max_searches": 2}},

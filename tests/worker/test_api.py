@@ -17,11 +17,11 @@ from tests.worker.conftest import (
     serve,
     settings_for,
 )
-from worker.api import create_api
-from worker.app import QUEUE
+from worker.api.app import create_api
 from worker.client import BatchRejected, GroundedClient, NotFound
 from worker.producer import Producer
-from worker.results import STREAM_ID_PART_MAX, event_id_after
+from worker.store.keys import QUEUE
+from worker.store.results import STREAM_ID_PART_MAX, event_id_after
 
 TOKENS = {"tok-acme": "acme", "tok-globex": "globex"}
 

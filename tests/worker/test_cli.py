@@ -14,8 +14,8 @@ from typer.testing import CliRunner
 
 from tests.conftest import REPO, TEST_TAG_KEY, RedisServer
 from tests.worker.conftest import Cluster
-from worker.cli import app
-from worker.config import get_settings
+from worker.cli import cli
+from worker.settings import get_settings
 
 runner = CliRunner()
 CONFIG = "agent:\n  model: extractive\n  capabilities:\n    - PassageSearchCapability: {corpus: handbook}\n"
@@ -41,14 +41,14 @@ def test_submit_wait_status_and_results(cli_env: None, tmp_path: Path) -> None:
     line = {"custom_id": "hours", "question": "When does the observatory open?"}
     questions = write(tmp_path, "q.jsonl", json.dumps(line) + "\n")
     config = write(tmp_path, "job.yaml", CONFIG)
-    submitted = runner.invoke(app, ["submit", str(questions), "--config", str(config), "--wait", "--timeout", "30"])
+    submitted = runner.invoke(cli, ["submit", str(questions), "--config", str(config), "--wait", "--timeout", "30"])
     assert submitted.exit_code == 0, submitted.output
     batch_id = submitted.output.split("batch ", 1)[1].split(":", 1)[0].strip()
     assert "succeeded" in submitted.output
-    status = runner.invoke(app, ["status", batch_id])
+    status = runner.invoke(cli, ["status", batch_id])
     assert status.exit_code == 0 and "completed" in status.output
     out = tmp_path / "results.jsonl"
-    assert runner.invoke(app, ["results", batch_id, "-o", str(out)]).exit_code == 0
+    assert runner.invoke(cli, ["results", batch_id, "-o", str(out)]).exit_code == 0
     [result] = [json.loads(line) for line in out.read_text().splitlines()]
     assert result["custom_id"] == "hours" and result["turns"][0]["citation_status"] == "grounded"
 
@@ -56,13 +56,13 @@ def test_submit_wait_status_and_results(cli_env: None, tmp_path: Path) -> None:
 def test_a_bad_line_rejects_the_batch_with_its_line_number(cli_env: None, tmp_path: Path) -> None:
     questions = write(tmp_path, "q.jsonl", '{"custom_id": "a", "question": "fine"}\n{"question": "no id"}\n')
     config = write(tmp_path, "job.yaml", CONFIG)
-    rejected = runner.invoke(app, ["submit", str(questions), "--config", str(config)])
+    rejected = runner.invoke(cli, ["submit", str(questions), "--config", str(config)])
     assert rejected.exit_code == 1
     assert "nothing was enqueued" in rejected.output and "custom_id is required" in rejected.output
 
 
 def test_ingest_refuses_a_corpus_path(cli_env: None, tmp_path: Path) -> None:
-    refused = runner.invoke(app, ["ingest", str(REPO / "tests" / "fixtures" / "corpus"), "--corpus", "../x"])
+    refused = runner.invoke(cli, ["ingest", str(REPO / "tests" / "fixtures" / "corpus"), "--corpus", "../x"])
     assert refused.exit_code == 2 and "is not a corpus name" in refused.output
 
 

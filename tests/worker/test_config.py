@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from capabilities.tags import TagSigner
-from worker.app import ANSWER_JOB, QUEUE, create_app
-from worker.config import MissingTagKeys, Settings
+from worker.settings import MissingTagKeys, Settings
+from worker.store.keys import QUEUE
+from worker.tasks.celery_app import ANSWER_JOB, create_app
 
 
 def test_H8_no_tag_keys_no_signer() -> None:
@@ -45,7 +46,7 @@ def test_H6_celery_settings() -> None:
     assert conf.worker_send_task_events is True and conf.task_send_sent_event is True
     assert (conf.task_soft_time_limit, conf.task_time_limit) == (100, 120)
     assert conf.task_default_queue == QUEUE
-    import worker.tasks  # noqa: F401  registers the task on the module app
+    import worker.tasks.answer  # noqa: F401  registers the task (a shared task) on the worker's app
     from worker.app import app as worker_app
 
     names = [name for name in worker_app.tasks if not name.startswith("celery.")]

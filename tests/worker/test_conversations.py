@@ -59,23 +59,18 @@ from tests.worker.conftest import (
 )
 from tests.worker.conversational_openai import ConversationalOpenAI, answer_for
 from tests.worker.fake_openai import FakeOpenAI
-from worker.agents import BuiltAgent
-from worker.api import create_api
+from worker.api.app import create_api
 from worker.client import BatchRejected, Conflict, GroundedClient, NotFound
-from worker.composition import COMPACTOR, READER
-from worker.config import Settings
-from worker.conversation_jobs import run_conversation_job
-from worker.conversations import (
-    CompositionMismatch,
-    ConcurrentUpdate,
-    ConversationStore,
-    StoredTurn,
-    lock_ttl_s,
-)
-from worker.jobs import Batch, Job, JobConfig, TurnResult, parse_batch
+from worker.jobs.composition import COMPACTOR, READER
+from worker.jobs.lines import parse_batch
+from worker.jobs.models import Batch, Job, JobConfig, TurnResult
 from worker.producer import Producer
-from worker.results import CONVERSATION_KEY, CONVERSATION_TURNS_KEY
-from worker.run import Runtime
+from worker.runtime.agents import BuiltAgent
+from worker.runtime.conversations import run_conversation_job
+from worker.runtime.run import Runtime
+from worker.settings import Settings
+from worker.store.conversations import CompositionMismatch, ConcurrentUpdate, ConversationStore, StoredTurn, lock_ttl_s
+from worker.store.keys import CONVERSATION_KEY, CONVERSATION_TURNS_KEY
 
 READER_ENTRY = {READER: {"corpus": CORPUS}}
 TOKENS = {"tok-acme": "acme", "tok-globex": "globex"}

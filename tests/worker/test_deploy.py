@@ -19,10 +19,10 @@ import yaml
 from celery import Celery
 
 from tests.conftest import REPO
-from worker.app import QUEUE
 from worker.app import app as celery_app
-from worker.cli import app as cli_app
-from worker.config import Settings
+from worker.cli import cli as cli_app
+from worker.settings import Settings
+from worker.store.keys import QUEUE
 
 DEPLOY = REPO / "deploy"
 K8S = DEPLOY / "k8s"

@@ -18,9 +18,7 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from capabilities.tags import TagSigner, redirect_tag
 from tests.harness import SIGNER
 from tests.worker.stored_results import stored, synthetic_arm
-from worker.evaluation import EvaluationError, compute, load_reviews, recount_redirects
-from worker.jobs import JobConfig
-from worker.judges import (
+from worker.evaluation.judges import (
     REFUSAL_RUBRIC,
     JudgeItem,
     ModelJudge,
@@ -29,6 +27,8 @@ from worker.judges import (
     judge_results,
     rule_judgements,
 )
+from worker.evaluation.scoring import EvaluationError, compute, load_reviews, recount_redirects
+from worker.jobs.models import JobConfig
 
 OTHER_SIGNER = TagSigner([b"another-deployment"])
 

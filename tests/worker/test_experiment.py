@@ -12,11 +12,11 @@ import pytest
 
 from tests.conftest import REPO, RedisSpace, worker_env
 from tests.worker.test_report import assert_not_blank, screenshot
-from worker.experiment import REPORT_HTML, REPORT_JSON, REVIEW_TEMPLATE
-from worker.jobs import JobConfig
+from worker.evaluation.experiment import REPORT_HTML, REPORT_JSON, REVIEW_TEMPLATE
+from worker.jobs.models import JobConfig
 
 EVAL = REPO / "examples" / "eval"
-GROUNDED = [sys.executable, "-m", "worker.experiment_cli"]  # the same commands `grounded` registers
+GROUNDED = [sys.executable, "-m", "worker.cli"]
 CORPUS_DIR = REPO / "examples" / "corpus"
 
 
@@ -54,7 +54,7 @@ def test_examples_eval_set_is_shaped_like_the_reference_measurement():
 
 
 def test_V2_eval_arms_differ_only_by_the_policy():
-    from worker.experiment import v2_differences
+    from worker.evaluation.experiment import v2_differences
 
     off = JobConfig.from_text((EVAL / "off.yaml").read_text())
     on = JobConfig.from_text((EVAL / "on.yaml").read_text())

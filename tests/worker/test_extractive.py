@@ -17,18 +17,11 @@ from pydantic_ai.messages import (
 from capabilities.formatting import NO_RESULTS, RESULT_SEPARATOR
 from tests.harness import SIGNER
 from tests.worker.conftest import CORPUS
-from worker.agents import AgentCache
-from worker.extractive import (
-    CITE_TOOL,
-    NOT_FOUND,
-    SEARCH_TOOL,
-    next_parts,
-    parse_results,
-    supporting,
-)
-from worker.jobs import Batch, Job, JobConfig
-from worker.models import ModelCache
-from worker.run import Runtime, run_job
+from worker.jobs.models import Batch, Job, JobConfig
+from worker.runtime.agents import AgentCache
+from worker.runtime.extractive import CITE_TOOL, NOT_FOUND, SEARCH_TOOL, next_parts, parse_results, supporting
+from worker.runtime.llms import ModelCache
+from worker.runtime.run import Runtime, run_job
 
 OFFERED = frozenset({SEARCH_TOOL, CITE_TOOL})
 RESULTS = RESULT_SEPARATOR.join([

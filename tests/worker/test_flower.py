@@ -27,12 +27,13 @@ from tests.worker.conftest import (
     settings_for,
 )
 from tests.worker.fake_openai import FakeOpenAI
-from worker.app import ANSWER_JOB, QUEUE
-from worker.embedded import free_port
-from worker.local import LocalWorker
-from worker.metrics import read_snapshot
 from worker.producer import Producer
-from worker.task_events import PROGRESS_STATE, progress_text, task_labels
+from worker.store.embedded import free_port
+from worker.store.keys import QUEUE
+from worker.store.metrics import read_snapshot
+from worker.tasks.celery_app import ANSWER_JOB
+from worker.tasks.events import PROGRESS_STATE, progress_text, task_labels
+from worker.tasks.worker_process import WorkerProcess
 
 AUTH = ("ops", "flower-test-password")
 HOLD_S = 4.0
@@ -66,7 +67,7 @@ def holding_openai() -> Iterator[HoldingOpenAI]:
 
 @pytest.fixture
 def flower_and_worker(redis_space: RedisSpace, data_dir: Path, tmp_path: Path,
-                      worker_process: Callable[..., LocalWorker]) -> Iterator[tuple[str, LocalWorker]]:
+                      worker_process: Callable[..., WorkerProcess]) -> Iterator[tuple[str, WorkerProcess]]:
     """`celery -A worker.app flower` with basic auth, configured only by the environment a worker gets."""
     env = worker_env(redis_space, data_dir, **{FAKE_KEY_ENV: FAKE_KEY})
     worker = worker_process(env, wait=False)
@@ -134,7 +135,7 @@ def poll_task(url: str, task_id: str, until: Callable[[dict], bool], timeout: fl
 
 
 def test_flower_shows_the_worker_and_a_conversation_task_with_its_progress(
-    flower_and_worker: tuple[str, LocalWorker], redis_space: RedisSpace, data_dir: Path,
+    flower_and_worker: tuple[str, WorkerProcess], redis_space: RedisSpace, data_dir: Path,
     holding_openai: HoldingOpenAI,
 ) -> None:
     url, worker = flower_and_worker

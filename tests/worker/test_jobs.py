@@ -6,8 +6,9 @@ import json
 
 import pytest
 
-from worker.composition import ALLOWED
-from worker.jobs import CONFIG_LINE, JobConfig, parse_batch, parse_line
+from worker.jobs.composition import ALLOWED
+from worker.jobs.lines import CONFIG_LINE, parse_batch, parse_line
+from worker.jobs.models import JobConfig
 
 CONFIG = {"agent": {"model": "extractive", "capabilities": [{"PassageSearchCapability": {"corpus": "handbook"}},
                                                              "CitationPolicyCapability"]}}

@@ -18,10 +18,10 @@ from structlog.testing import capture_logs
 
 from tests.conftest import TEST_TAG_KEY, RedisSpace, worker_env
 from tests.worker.conftest import PASSAGES, POLICY, Cluster, question_config
-from worker import tasks
-from worker.config import get_settings
-from worker.jobs import parse_batch
-from worker.logs import JOB_FIELDS, MAX_VALUE_CHARS, REDACTED, redact, renderer_for
+from worker.tasks import answer, process
+from worker.jobs.lines import parse_batch
+from worker.settings import get_settings
+from worker.tasks.logs import JOB_FIELDS, MAX_VALUE_CHARS, REDACTED, redact, renderer_for
 
 QUESTION = "When does the observatory open?"
 
@@ -35,10 +35,10 @@ def in_process(redis_space: RedisSpace, data_dir: Path, monkeypatch: pytest.Monk
         if name.startswith("GROUNDED_"):
             monkeypatch.setenv(name, value)
     get_settings.cache_clear()
-    tasks._worker.reset()
+    process._worker.reset()
     yield redis_space
     get_settings.cache_clear()
-    tasks._worker.reset()
+    process._worker.reset()
 
 
 def submit_unqueued(space: RedisSpace, lines: list[dict], tenant: str):  # -> (Batch, list[Job])
@@ -49,7 +49,7 @@ def submit_unqueued(space: RedisSpace, lines: list[dict], tenant: str):  # -> (B
 
 def run_in_process(job_id: str) -> tuple[str, list[dict]]:
     with capture_logs(processors=[structlog.contextvars.merge_contextvars, redact]) as lines:
-        status = tasks.answer_job.apply(args=[job_id]).get()
+        status = answer.answer_job.apply(args=[job_id]).get()
     return status, lines
 
 
@@ -139,7 +139,7 @@ def test_stdlib_and_celery_exceptions_keep_their_traceback_in_json(capfd: pytest
     """Celery logs a failing task through the stdlib; without its traceback nobody can tell why."""
     import logging
 
-    from worker.logs import configure_worker_logging
+    from worker.tasks.logs import configure_worker_logging
 
     root = logging.getLogger()
     saved = (root.handlers[:], root.level)

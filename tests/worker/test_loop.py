@@ -9,7 +9,7 @@ import threading
 import pytest
 from structlog.contextvars import bound_contextvars, get_contextvars
 
-from worker.loop import RunTimedOut, process_loop
+from worker.runtime.loop import RunTimedOut, process_loop
 
 
 def test_one_loop_per_process_on_its_own_thread() -> None:

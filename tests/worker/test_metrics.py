@@ -31,10 +31,12 @@ from tests.worker.conftest import (
     settings_for,
 )
 from tests.worker.fake_openai import FakeOpenAI
-from worker.api import create_api
-from worker.app import QUEUE
-from worker.jobs import JobResult, TurnResult, Usage
-from worker.metrics import (
+from worker.api.app import create_api
+from worker.api.metrics import registry_for
+from worker.jobs.models import JobResult, TurnResult, Usage
+from worker.producer import Producer
+from worker.store.keys import QUEUE
+from worker.store.metrics import (
     DIRECTIONS,
     FINISHED,
     KINDS,
@@ -42,10 +44,8 @@ from worker.metrics import (
     increments,
     observe,
     record_finished,
-    registry_for,
     request_latencies,
 )
-from worker.producer import Producer
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]

@@ -13,13 +13,7 @@ import pytest
 
 from tests.harness import SIGNER
 from tests.worker.stored_results import stored, synthetic_arm, synthetic_off_arm
-from worker.report import (
-    ArmRuns,
-    answer_anchor,
-    build_report,
-    citation_anchor,
-    render_html,
-)
+from worker.evaluation.report import ArmRuns, answer_anchor, build_report, citation_anchor, render_html
 
 CHROMIUM_CANDIDATES = ("/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/bin/google-chrome")
 

@@ -11,11 +11,11 @@ from fastapi.testclient import TestClient
 from capabilities.tags import TagSigner
 from tests.conftest import TEST_TAG_KEY, RedisSpace
 from tests.worker.stored_results import stored, synthetic_arm, synthetic_off_arm
-from worker.api import create_api
-from worker.config import Settings
-from worker.jobs import parse_batch
+from worker.api.app import create_api
+from worker.api.reports import reports
+from worker.jobs.lines import parse_batch
 from worker.producer import Producer
-from worker.report_api import reports
+from worker.settings import Settings
 
 SIGNER = TagSigner([TEST_TAG_KEY.encode()])
 CONFIG = {"agent": {"model": "extractive", "capabilities": [{"PassageSearchCapability": {"corpus": "handbook"}}]}}

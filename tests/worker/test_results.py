@@ -5,8 +5,10 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from tests.conftest import RedisSpace
-from worker.jobs import JobResult, parse_batch
-from worker.results import RESULT_KEY, ResultsStore
+from worker.jobs.lines import parse_batch
+from worker.jobs.models import JobResult
+from worker.store.keys import RESULT_KEY
+from worker.store.results import ResultsStore
 
 CONFIG = {"agent": {"model": "extractive"}}
 

@@ -19,8 +19,8 @@ from tests.worker.conftest import (
     settings_for,
 )
 from tests.worker.fake_openai import FAKE_ANSWER, FakeOpenAI
-from worker.extractive import NOT_FOUND
 from worker.producer import Producer
+from worker.runtime.extractive import NOT_FOUND
 
 
 def test_batch_of_questions_with_policy_has_expected_statuses_and_citations(cluster: Cluster) -> None:

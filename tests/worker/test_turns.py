@@ -16,8 +16,8 @@ from pydantic_ai.messages import (
 from capabilities.policy import redirects_delivered
 from capabilities.tags import TagSigner, redirect_tag
 from tests.harness import PNG, SIGNER
-from worker.jobs import Usage
-from worker.turns import summarize_turn, wire_json
+from worker.jobs.models import Usage
+from worker.runtime.turns import summarize_turn, wire_json
 
 
 def test_wire_transcripts_carry_picture_digests_not_bytes() -> None:

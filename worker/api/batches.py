@@ -1,0 +1,133 @@
+"""`/v1/batches`: submit a batch, list a tenant's batches, follow one, read its results and events,
+cancel it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Annotated, Any
+
+from fastapi import APIRouter, HTTPException, Query, Request, status
+from fastapi.responses import JSONResponse, StreamingResponse
+from pydantic import BaseModel, Field
+from starlette.concurrency import run_in_threadpool
+
+from .deps import CallerDep, OwnedBatch, ProducerDep
+
+_NOT_FOUND = {404: {"description": "no such batch for this token's tenant"}}
+
+class BatchSubmission(BaseModel):
+    """JSON form of a submission; the same fields travel as multipart form parts with a JSONL `file`."""
+
+    config: dict[str, Any] | str = Field(description="the job config: a mapping, or YAML/JSON text")
+    lines: list[dict[str, Any] | str] = Field(description="one job per item, as a JSONL line would hold it")
+    arm: str | None = Field(default=None, description="a label for evaluation arms (e.g. 'on' / 'off')")
+
+
+batches = APIRouter(prefix="/v1/batches", tags=["batches"])
+
+
+async def _submission(request: Request) -> BatchSubmission:
+    content_type = request.headers.get("content-type", "")
+    if content_type.startswith("multipart/form-data"):
+        form = await request.form()
+        upload, config = form.get("file"), form.get("config")
+        if upload is None or isinstance(upload, str) or not isinstance(config, str):
+            raise HTTPException(422, [{"line": 0, "problem": "multipart needs a JSONL `file` and a `config` part"}])
+        text = (await upload.read()).decode("utf-8", errors="replace")
+        arm = form.get("arm")
+        return BatchSubmission(config=config, lines=text.splitlines(), arm=arm if isinstance(arm, str) else None)
+    try:
+        return BatchSubmission.model_validate_json(await request.body())
+    except ValueError as exc:
+        raise HTTPException(422, [{"line": 0, "problem": f"body: {exc}"}]) from None
+
+
+@batches.post(
+    "",
+    status_code=status.HTTP_201_CREATED,
+    responses={422: {"description": "per-line errors (line 0: the config); nothing was enqueued"}},
+    openapi_extra={
+        "requestBody": {
+            "content": {
+                "application/json": {"schema": BatchSubmission.model_json_schema()},
+                "multipart/form-data": {
+                    "schema": {
+                        "type": "object",
+                        "required": ["file", "config"],
+                        "properties": {
+                            "file": {"type": "string", "format": "binary", "description": "JSONL, one job a line"},
+                            "config": {"type": "string", "description": "the job config, YAML or JSON"},
+                            "arm": {"type": "string"},
+                        },
+                    }
+                },
+            },
+            "required": True,
+        }
+    },
+)
+async def submit_batch(request: Request, producer: ProducerDep, caller: CallerDep) -> JSONResponse:
+    body = await _submission(request)
+    report = await run_in_threadpool(producer.validate, body.lines, body.config)
+    if not report.ok:
+        raise HTTPException(422, [e.as_dict() for e in report.errors])
+    batch = await run_in_threadpool(producer.submit, report, tenant=caller.tenant, arm=body.arm)
+    progress = await run_in_threadpool(producer.store.progress, batch.id)
+    assert progress is not None
+    return JSONResponse(progress.as_dict(), status_code=status.HTTP_201_CREATED)
+
+
+@batches.get("")
+def list_batches(
+    producer: ProducerDep, caller: CallerDep, limit: Annotated[int, Query(ge=1, le=1000)] = 100
+) -> list[dict[str, Any]]:
+    out = []
+    for batch_id in producer.store.tenant_batches(caller.tenant, limit=limit):
+        progress = producer.store.progress(batch_id)
+        if progress is not None:
+            out.append(progress.as_dict())
+    return out
+
+
+@batches.get("/{batch_id}", responses=_NOT_FOUND)
+def get_batch(batch: OwnedBatch, producer: ProducerDep) -> dict[str, Any]:
+    progress = producer.store.progress(batch.id)
+    assert progress is not None
+    return {**progress.as_dict(), "model": batch.config.model, "config": batch.config.model_dump(mode="json")}
+
+
+@batches.get(
+    "/{batch_id}/results",
+    responses={**_NOT_FOUND, 200: {"content": {"application/x-ndjson": {}}, "description": "one JobResult a line"}},
+)
+def get_results(batch: OwnedBatch, producer: ProducerDep) -> StreamingResponse:
+    """Finished jobs in submission order; while the batch runs, what has finished so far."""
+
+    def lines() -> Iterator[bytes]:
+        for raw in producer.store.iter_results_raw(batch.id):
+            yield raw + b"\n"
+
+    return StreamingResponse(lines(), media_type="application/x-ndjson")
+
+
+@batches.get("/{batch_id}/events", responses=_NOT_FOUND)
+def get_events(
+    batch: OwnedBatch,
+    producer: ProducerDep,
+    after: Annotated[str | None, Query(pattern=r"^\d{1,20}(-\d{1,20})?$", description="an event id")] = None,
+    count: Annotated[int, Query(ge=1, le=10_000)] = 1000,
+) -> list[dict[str, Any]]:
+    try:
+        events = producer.store.events(batch.id, after=after, count=count)
+    except ValueError as exc:
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, detail=str(exc)) from None
+    return [{"id": eid, **fields} for eid, fields in events]
+
+
+@batches.post("/{batch_id}/cancel", status_code=status.HTTP_202_ACCEPTED, responses=_NOT_FOUND)
+def cancel_batch(batch: OwnedBatch, producer: ProducerDep) -> dict[str, Any]:
+    """Queued jobs are skipped as workers reach them; running jobs finish and are recorded."""
+    producer.cancel(batch.id)
+    progress = producer.store.progress(batch.id)
+    assert progress is not None
+    return progress.as_dict()

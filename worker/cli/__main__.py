@@ -1,0 +1,5 @@
+"""`python -m worker.cli ...` is `grounded ...`."""
+
+from .main import main
+
+main()

@@ -1,0 +1,175 @@
+"""`grounded demo`: the whole path on one machine with nothing installed but this package.
+
+Embedded Redis (or GROUNDED_REDIS_URL), the sample corpus ingested into a temporary data dir, a
+real worker process, the sample batch with the offline extractive model (one conversation among
+the questions), a progress bar, the results table, the conversation's turns and the JSONL file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+)
+from rich.table import Table
+
+from capabilities.capsule import CAPSULE_HEADER
+from capabilities.compaction import RECEIPT
+from worker.jobs.models import JobResult, TurnResult
+from worker.producer import Producer
+from worker.settings import Settings
+from worker.store.results import BatchProgress, ResultsStore
+from worker.tasks.worker_process import REPO, start_worker_process
+
+DEMO_CORPUS = "transit"
+EXAMPLES = REPO / "examples"
+
+
+@contextlib.contextmanager
+def redis_url(console: Console, workdir: Path) -> Iterator[str]:
+    """GROUNDED_REDIS_URL when set; otherwise an embedded redis-server for the demo's lifetime."""
+    url = os.environ.get("GROUNDED_REDIS_URL")
+    if url:
+        console.print(f"Redis: [bold]{url}[/] (GROUNDED_REDIS_URL)")
+        yield url
+        return
+    from worker.store.embedded import EmbeddedRedis
+
+    with EmbeddedRedis(workdir / "redis") as server:
+        console.print(f"Redis: embedded redis-server on [bold]{server.url()}[/]")
+        yield server.url()
+
+
+def follow(store: ResultsStore, batch_id: str, console: Console, *, timeout: float) -> BatchProgress:
+    columns = (TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
+               TimeElapsedColumn())
+    with Progress(*columns, console=console, transient=False) as bar:
+        progress = store.progress(batch_id)
+        assert progress is not None
+        task = bar.add_task("answering", total=progress.total)
+        deadline = time.monotonic() + timeout
+        while True:
+            progress = store.progress(batch_id)
+            assert progress is not None
+            bar.update(task, completed=progress.done + progress.cancelled,
+                       description=f"answering ({progress.running} running)")
+            if progress.finished:
+                return progress
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the demo batch did not finish within {timeout:g} s")
+            time.sleep(0.2)
+
+
+def results_table(results: list[JobResult]) -> Table:
+    """One row per answered question; a conversation's turns are labelled with their position."""
+    table = Table(title="Results", show_lines=True, expand=True)
+    table.add_column("question", ratio=3)
+    table.add_column("status", no_wrap=True)
+    table.add_column("citations", ratio=2)
+    table.add_column("answer", ratio=4)
+    styles = {"grounded": "green", "ungrounded": "yellow", "missing": "red"}
+    for result in results:
+        if result.status == "failed" or not result.turns:
+            error = result.error.message if result.error else "failed"
+            table.add_row(result.custom_id, "[red]failed[/]", "", error)
+            continue
+        for k, turn in enumerate(result.turns, start=1):
+            style = styles[turn.citation_status]
+            cited = "\n".join(f"[{c.chunk_id[:8]}] {c.document_title or c.document_uri}" for c in turn.cited)
+            status = f"[{style}]{turn.citation_status}[/]" + (f"\n{turn.redirects} redirect(s)" if turn.redirects else "")
+            label = "" if result.kind == "question" else f"{result.custom_id} turn {k}: "
+            table.add_row(label + turn.question_text, status, cited or "—", str(turn.answer))
+    return table
+
+
+def earlier_evidence(turn: TurnResult) -> str:
+    """What the turn's first request carried of earlier turns' search output: with the compactor,
+    one capsule of what was cited and receipts for the rest; without it, every result in full."""
+    returns = [part.get("content") for message in (turn.wire[0] if turn.wire else []) if message["kind"] == "request"
+               for part in message["parts"]
+               if part["part_kind"] == "tool-return" and not str(part.get("tool_name")).endswith("_cite")]
+    capsules = sum(isinstance(r, str) and r.startswith(CAPSULE_HEADER) for r in returns)
+    receipts = sum(r == RECEIPT for r in returns)
+    counts = ((capsules, "capsule"), (receipts, "receipt(s)"), (len(returns) - capsules - receipts, "full result(s)"))
+    return ", ".join(f"{n} {what}" for n, what in counts if n) or "—"
+
+
+def conversation_table(result: JobResult) -> Table:
+    compactor = "compactor registered" if result.compactor_registered else "no compactor"
+    table = Table(title=f"Conversation {result.custom_id} ({compactor})", show_lines=False, expand=True)
+    table.add_column("turn", justify="right", no_wrap=True)
+    table.add_column("question", ratio=3)
+    table.add_column("identity", justify="right", no_wrap=True)
+    table.add_column("requests", justify="right", no_wrap=True)
+    table.add_column("earlier evidence sent to the model", ratio=2)
+    for k, turn in enumerate(result.turns, start=1):
+        table.add_row(str(k), turn.question_text, str(turn.question_identity), str(turn.n_requests),
+                      earlier_evidence(turn))
+    return table
+
+
+def run_demo(*, questions: Path, config: Path, corpus_dir: Path, output: Path, console: Console,
+             timeout: float = 300.0) -> int:
+    from capabilities.corpus import ingest
+
+    with tempfile.TemporaryDirectory(prefix="grounded-demo-") as tmp, redis_url(console, Path(tmp)) as url:
+        workdir = Path(tmp)
+        data_dir = workdir / "data"
+        (data_dir / "corpora").mkdir(parents=True)
+        with console.status(f"Ingesting {corpus_dir} as corpus '{DEMO_CORPUS}'"):
+            report = ingest(data_dir / "corpora" / f"{DEMO_CORPUS}.sqlite", [corpus_dir])
+        console.print(f"Corpus '{DEMO_CORPUS}': {len(report.added)} documents ingested"
+                      + (f", {len(report.errors)} problems" if report.errors else ""))
+        tag_keys = os.environ.get("GROUNDED_TAG_KEYS") or secrets.token_hex(16)
+        prefix = f"grounded-demo:{secrets.token_hex(4)}:"  # never mixes with other users of a shared Redis
+        env = {**os.environ, "GROUNDED_REDIS_URL": url, "GROUNDED_DATA_DIR": str(data_dir),
+               "GROUNDED_KEY_PREFIX": prefix, "GROUNDED_TAG_KEYS": tag_keys, "PYTHONWARNINGS": "ignore"}
+        settings = Settings(redis_url=url, data_dir=data_dir, key_prefix=prefix, tag_keys=[tag_keys])  # type: ignore[list-item]
+        producer = Producer(settings)
+        with console.status("Starting a worker process"):
+            worker = start_worker_process(env, workdir / "worker.log", loglevel="warning")
+        try:
+            console.print(f"Worker: [bold]{worker.name}[/] (threads pool, pid {worker.process.pid})")
+            batch_report = producer.validate(questions.read_text().splitlines(), config.read_text())
+            if not batch_report.ok:
+                for error in batch_report.errors:
+                    console.print(f"[red]{error}[/]")
+                return 1
+            batch = producer.submit(batch_report, tenant=settings.cli_tenant)
+            console.print(f"Batch [bold]{batch.id}[/]: {batch.total} questions, model {batch.config.model}")
+            final = follow(producer.store, batch.id, console, timeout=timeout)
+            results = list(producer.store.iter_results(batch.id))
+        finally:
+            worker.stop()
+            producer.store.delete_prefix()  # the demo's keys; its results are in the JSONL file
+            producer.app.close()
+    console.print(results_table(results))
+    for result in results:
+        if result.kind != "question" and result.turns:
+            console.print(conversation_table(result))
+    output.parent.mkdir(parents=True, exist_ok=True)
+    with output.open("w") as handle:
+        for result in results:
+            handle.write(result.model_dump_json() + "\n")
+    counts = {s: sum(t.citation_status == s for r in results for t in r.turns)
+              for s in ("grounded", "ungrounded", "missing")}
+    console.print(f"{final.succeeded} succeeded, {final.failed} failed; "
+                  + ", ".join(f"{n} {s}" for s, n in counts.items()))
+    console.print(f"Results (JSONL, one JobResult a line): [bold]{output}[/]")
+    return 0 if final.failed == 0 else 1
+
+
+def default_output() -> Path:
+    return Path("reports") / f"demo-{time.strftime('%Y%m%d-%H%M%S')}.jsonl"

@@ -1,0 +1,3 @@
+"""Measuring the citation policy from stored results: scores (`scoring`), judges (`judges`),
+running arms and repeats (`experiment`), and the report (`report`, `charts`).
+"""

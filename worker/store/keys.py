@@ -1,0 +1,25 @@
+"""Every Redis key the stores write, in one place; each is relative to the deployment's key prefix
+(GROUNDED_KEY_PREFIX), which Celery's transport writes under too.
+"""
+
+BATCH_KEY = "batch:{batch_id}"  # Batch JSON (config included)
+BATCH_JOBS_KEY = "batch:{batch_id}:jobs"  # job ids in submission order (results stream in this order)
+BATCH_DONE_KEY = "batch:{batch_id}:done"  # job ids with a result: the counter that must move once
+BATCH_SUCCEEDED_KEY = "batch:{batch_id}:succeeded"
+BATCH_FAILED_KEY = "batch:{batch_id}:failed"
+BATCH_RUNNING_KEY = "batch:{batch_id}:running"
+BATCH_CANCELLED_JOBS_KEY = "batch:{batch_id}:cancelled_jobs"  # skipped after a cancel; never run
+BATCH_CANCEL_KEY = "batch:{batch_id}:cancel"  # set by cancel; tasks check it before running
+BATCH_FINISHED_KEY = "batch:{batch_id}:finished"  # SETNX'd once, so batch_finished is emitted once
+BATCH_EVENTS_KEY = "batch:{batch_id}:events"  # a stream: submitted, started, retrying, finished, ...
+JOB_KEY = "job:{job_id}"
+JOB_ATTEMPTS_KEY = "job:{job_id}:attempts"  # one INCR per start, redeliveries included
+RESULT_KEY = "result:{job_id}"
+TENANT_BATCHES_KEY = "tenant:{tenant}:batches"  # sorted by submission time
+CONVERSATION_KEY = "conversation:{conversation_id}"  # hash: meta, messages, state, version (conversations.py)
+CONVERSATION_TURNS_KEY = "conversation:{conversation_id}:turns"  # committed turns, in order
+CONVERSATION_JOBS_KEY = "conversation:{conversation_id}:jobs"  # its jobs in submission order (they run in it)
+CONVERSATION_LOCK_KEY = "conversation:{conversation_id}:lock"  # one job at a time (H5)
+METRICS_KEY = "metrics"  # one hash: counters and histogram buckets (store/metrics.py)
+UNACKED_KEY = "unacked"  # kombu's hash of delivered, unacknowledged messages (under global_keyprefix)
+QUEUE = "jobs"  # the Celery queue; its Redis list is KEY_PREFIX + "jobs" (what KEDA's list scaler watches)

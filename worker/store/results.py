@@ -1,0 +1,340 @@
+"""The Redis results store: batches, jobs, results, progress counters and per-batch events.
+
+Key names live here and nowhere else. Every write a redelivered job can repeat is idempotent: a
+result overwrites its own key, and a job joins the done set once, so counters and events move once
+however often Celery delivers it (acks_late redelivers after a worker dies).
+"""
+
+from __future__ import annotations
+
+import uuid
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+import redis
+
+from worker.jobs.lines import BatchReport
+from worker.jobs.models import Batch, Job, JobResult
+
+from .keys import (
+    BATCH_CANCEL_KEY,
+    BATCH_CANCELLED_JOBS_KEY,
+    BATCH_DONE_KEY,
+    BATCH_EVENTS_KEY,
+    BATCH_FAILED_KEY,
+    BATCH_FINISHED_KEY,
+    BATCH_JOBS_KEY,
+    BATCH_KEY,
+    BATCH_RUNNING_KEY,
+    BATCH_SUCCEEDED_KEY,
+    JOB_ATTEMPTS_KEY,
+    JOB_KEY,
+    RESULT_KEY,
+    TENANT_BATCHES_KEY,
+)
+
+EVENTS_MAXLEN = 100_000
+_COMPRESSED = b"z:"
+
+JobState = Literal["queued", "running", "succeeded", "failed", "cancelled"]
+
+# Finishing a job: the result, its sets and its events move together, and the events fire only for
+# the first write (SADD returns 1), so a redelivered job is counted once.
+_FINISH = """
+local job_id, blob, status, total = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
+if status == 'cancelled' and redis.call('SISMEMBER', KEYS[7], job_id) == 1 then return {0, 0} end
+if blob ~= '' then redis.call('SET', KEYS[1], blob) end
+local new = redis.call('SADD', KEYS[2], job_id)
+if status == 'succeeded' then
+  redis.call('SADD', KEYS[3], job_id); redis.call('SREM', KEYS[4], job_id)
+elseif status == 'failed' then
+  redis.call('SADD', KEYS[4], job_id); redis.call('SREM', KEYS[3], job_id)
+end
+redis.call('SREM', KEYS[5], job_id)
+if new == 1 then
+  redis.call('XADD', KEYS[6], 'MAXLEN', '~', ARGV[5], '*', 'event', ARGV[6], 'job_id', job_id, 'status', status)
+end
+local finished = 0
+if redis.call('SCARD', KEYS[7]) + redis.call('SCARD', KEYS[8]) >= total then
+  if redis.call('SETNX', KEYS[9], ARGV[7]) == 1 then
+    redis.call('XADD', KEYS[6], 'MAXLEN', '~', ARGV[5], '*', 'event', 'batch_finished')
+    finished = 1
+  end
+end
+return {new, finished}
+"""
+
+
+def new_id(kind: str) -> str:
+    return f"{kind}_{uuid.uuid4().hex}"
+
+
+@dataclass(frozen=True)
+class BatchProgress:
+    batch_id: str
+    tenant: str
+    total: int
+    queued: int
+    running: int
+    succeeded: int
+    failed: int
+    cancelled: int
+    cancel_requested: bool
+    finished: bool
+    created_at: datetime
+    arm: str | None = None
+
+    @property
+    def done(self) -> int:
+        return self.succeeded + self.failed
+
+    @property
+    def state(self) -> str:
+        if self.finished:
+            return "cancelled" if self.cancel_requested else "completed"
+        if self.cancel_requested:
+            return "cancelling"
+        return "running" if self.running or self.done or self.cancelled else "queued"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.batch_id,
+            "state": self.state,
+            "arm": self.arm,
+            "created_at": self.created_at.isoformat(),
+            "counts": {
+                "total": self.total,
+                "queued": self.queued,
+                "running": self.running,
+                "succeeded": self.succeeded,
+                "failed": self.failed,
+                "cancelled": self.cancelled,
+            },
+            "progress": (self.done + self.cancelled) / self.total if self.total else 1.0,
+        }
+
+
+class ResultsStore:
+    """One per process; the Redis client is thread-safe, so the threads pool shares it."""
+
+    def __init__(self, client: redis.Redis, *, prefix: str = "grounded:", compress_over: int = 16_384) -> None:
+        self.redis, self.prefix, self.compress_over = client, prefix, compress_over
+        self._finish = client.register_script(_FINISH)
+
+    @classmethod
+    def from_url(cls, url: str, *, prefix: str = "grounded:", compress_over: int = 16_384) -> ResultsStore:
+        return cls(redis.Redis.from_url(url), prefix=prefix, compress_over=compress_over)
+
+    def key(self, template: str, **fields: str) -> str:
+        return self.prefix + template.format(**fields)
+
+    # --- blobs ------------------------------------------------------------------------------------
+
+    def _pack(self, text: str) -> bytes:
+        data = text.encode()
+        if self.compress_over and len(data) > self.compress_over:
+            return _COMPRESSED + zlib.compress(data, 6)
+        return data
+
+    @staticmethod
+    def _unpack(data: bytes) -> bytes:
+        return zlib.decompress(data[len(_COMPRESSED) :]) if data.startswith(_COMPRESSED) else data
+
+    # --- producers --------------------------------------------------------------------------------
+
+    def create_batch(self, report: BatchReport, *, tenant: str, arm: str | None = None) -> tuple[Batch, list[Job]]:
+        """Stores a validated batch and its jobs in one transaction; enqueueing comes after."""
+        assert report.ok and report.config is not None, "only a batch without errors is stored"
+        batch = Batch(
+            id=new_id("batch"), tenant=tenant, config=report.config, total=len(report.jobs),
+            created_at=datetime.now(UTC), arm=arm,
+        )
+        jobs = []
+        for spec in report.jobs:
+            job_id = new_id("job")
+            conversation_id = spec.conversation_id or (job_id if spec.kind != "question" else None)
+            jobs.append(Job(**{**spec.model_dump(), "conversation_id": conversation_id}, id=job_id, batch_id=batch.id))
+        with self.redis.pipeline(transaction=True) as pipe:
+            pipe.set(self.key(BATCH_KEY, batch_id=batch.id), batch.model_dump_json())
+            for start in range(0, len(jobs), 1000):
+                chunk = jobs[start : start + 1000]
+                pipe.rpush(self.key(BATCH_JOBS_KEY, batch_id=batch.id), *[j.id for j in chunk])
+                pipe.mset({self.key(JOB_KEY, job_id=j.id): j.model_dump_json() for j in chunk})
+            pipe.zadd(self.key(TENANT_BATCHES_KEY, tenant=tenant), {batch.id: batch.created_at.timestamp()})
+            self._event(pipe, batch.id, "batch_submitted", total=str(batch.total))
+            pipe.execute()
+        return batch, jobs
+
+    def request_cancel(self, batch_id: str) -> None:
+        """Queued jobs see the flag when a worker takes them and are skipped without running, so a
+        cancelled batch drains in seconds; jobs already running finish and are recorded."""
+        with self.redis.pipeline(transaction=True) as pipe:
+            pipe.set(self.key(BATCH_CANCEL_KEY, batch_id=batch_id), "1")
+            self._event(pipe, batch_id, "batch_cancel_requested")
+            pipe.execute()
+
+    # --- workers ----------------------------------------------------------------------------------
+
+    def load_job(self, job_id: str) -> Job | None:
+        data = self.redis.get(self.key(JOB_KEY, job_id=job_id))
+        return Job.model_validate_json(data) if data is not None else None
+
+    def load_batch(self, batch_id: str) -> Batch | None:
+        data = self.redis.get(self.key(BATCH_KEY, batch_id=batch_id))
+        return Batch.model_validate_json(data) if data is not None else None
+
+    def cancel_requested(self, batch_id: str) -> bool:
+        return bool(self.redis.exists(self.key(BATCH_CANCEL_KEY, batch_id=batch_id)))
+
+    def begin_attempt(self, job: Job) -> int:
+        """Counts every start, including a redelivery after a worker died, which Celery's own retry
+        counter does not see."""
+        with self.redis.pipeline(transaction=True) as pipe:
+            pipe.incr(self.key(JOB_ATTEMPTS_KEY, job_id=job.id))
+            pipe.sadd(self.key(BATCH_RUNNING_KEY, batch_id=job.batch_id), job.id)
+            self._event(pipe, job.batch_id, "job_started", job_id=job.id)
+            attempts, *_ = pipe.execute()
+        return int(attempts)
+
+    def note_retry(self, job: Job, *, delay_s: float, error: str) -> None:
+        with self.redis.pipeline(transaction=True) as pipe:
+            pipe.srem(self.key(BATCH_RUNNING_KEY, batch_id=job.batch_id), job.id)
+            self._event(pipe, job.batch_id, "job_retrying", job_id=job.id, delay_s=f"{delay_s:.1f}", error=error[:500])
+            pipe.execute()
+
+    def write_result(self, result: JobResult, *, total: int) -> bool:
+        """Idempotent: returns True only for the write that first counted this job."""
+        new, _ = self._finish_job(result.batch_id, result.job_id, self._pack(result.model_dump_json()),
+                                  result.status, total, "job_finished")
+        return bool(new)
+
+    def mark_cancelled(self, job: Job, *, total: int) -> bool:
+        new, _ = self._finish_job(job.batch_id, job.id, b"", "cancelled", total, "job_cancelled",
+                                  done_key=BATCH_CANCELLED_JOBS_KEY)
+        return bool(new)
+
+    def _finish_job(self, batch_id: str, job_id: str, blob: bytes, status: str, total: int, event: str,
+                    *, done_key: str = BATCH_DONE_KEY) -> tuple[int, int]:
+        b = {"batch_id": batch_id}
+        keys = [
+            self.key(RESULT_KEY, job_id=job_id),
+            self.key(done_key, **b),
+            self.key(BATCH_SUCCEEDED_KEY, **b),
+            self.key(BATCH_FAILED_KEY, **b),
+            self.key(BATCH_RUNNING_KEY, **b),
+            self.key(BATCH_EVENTS_KEY, **b),
+            self.key(BATCH_DONE_KEY, **b),
+            self.key(BATCH_CANCELLED_JOBS_KEY, **b),
+            self.key(BATCH_FINISHED_KEY, **b),
+        ]
+        now = datetime.now(UTC).isoformat()
+        new, finished = self._finish(keys=keys, args=[job_id, blob, status, total, EVENTS_MAXLEN, event, now])
+        return int(new), int(finished)
+
+    def _event(self, pipe: Any, batch_id: str, event: str, **fields: str) -> None:
+        pipe.xadd(self.key(BATCH_EVENTS_KEY, batch_id=batch_id), {"event": event, **fields},
+                  maxlen=EVENTS_MAXLEN, approximate=True)
+
+    # --- readers ----------------------------------------------------------------------------------
+
+    def progress(self, batch_id: str) -> BatchProgress | None:
+        batch = self.load_batch(batch_id)
+        if batch is None:
+            return None
+        b = {"batch_id": batch_id}
+        with self.redis.pipeline(transaction=False) as pipe:
+            for template in (BATCH_SUCCEEDED_KEY, BATCH_FAILED_KEY, BATCH_RUNNING_KEY, BATCH_CANCELLED_JOBS_KEY):
+                pipe.scard(self.key(template, **b))
+            pipe.exists(self.key(BATCH_CANCEL_KEY, **b))
+            pipe.exists(self.key(BATCH_FINISHED_KEY, **b))
+            succeeded, failed, running, cancelled, cancel, finished = pipe.execute()
+        return BatchProgress(
+            batch_id=batch.id, tenant=batch.tenant, total=batch.total, arm=batch.arm, created_at=batch.created_at,
+            queued=max(0, batch.total - succeeded - failed - running - cancelled), running=running,
+            succeeded=succeeded, failed=failed, cancelled=cancelled, cancel_requested=bool(cancel),
+            finished=bool(finished),
+        )
+
+    def job_ids(self, batch_id: str) -> list[str]:
+        return [j.decode() for j in self.redis.lrange(self.key(BATCH_JOBS_KEY, batch_id=batch_id), 0, -1)]
+
+    def job_state(self, job: Job) -> JobState:
+        b = {"batch_id": job.batch_id}
+        with self.redis.pipeline(transaction=False) as pipe:
+            pipe.sismember(self.key(BATCH_SUCCEEDED_KEY, **b), job.id)
+            pipe.sismember(self.key(BATCH_FAILED_KEY, **b), job.id)
+            pipe.sismember(self.key(BATCH_CANCELLED_JOBS_KEY, **b), job.id)
+            pipe.sismember(self.key(BATCH_RUNNING_KEY, **b), job.id)
+            succeeded, failed, cancelled, running = pipe.execute()
+        if succeeded:
+            return "succeeded"
+        if failed:
+            return "failed"
+        if cancelled:
+            return "cancelled"
+        return "running" if running else "queued"
+
+    def load_result_raw(self, job_id: str) -> bytes | None:
+        data = self.redis.get(self.key(RESULT_KEY, job_id=job_id))
+        return self._unpack(data) if data is not None else None
+
+    def load_result(self, job_id: str) -> JobResult | None:
+        raw = self.load_result_raw(job_id)
+        return JobResult.model_validate_json(raw) if raw is not None else None
+
+    def iter_results_raw(self, batch_id: str, *, chunk: int = 200) -> Iterator[bytes]:
+        """Finished results in submission order; unfinished jobs are skipped (partial while running)."""
+        ids = self.job_ids(batch_id)
+        for start in range(0, len(ids), chunk):
+            keys = [self.key(RESULT_KEY, job_id=j) for j in ids[start : start + chunk]]
+            for data in self.redis.mget(keys):
+                if data is not None:
+                    yield self._unpack(data)
+
+    def iter_results(self, batch_id: str) -> Iterator[JobResult]:
+        for raw in self.iter_results_raw(batch_id):
+            yield JobResult.model_validate_json(raw)
+
+    def events(self, batch_id: str, *, after: str | None = None, count: int = 1000) -> list[tuple[str, dict[str, str]]]:
+        start = "-" if after is None else event_id_after(after)
+        if start is None:
+            return []
+        entries = self.redis.xrange(self.key(BATCH_EVENTS_KEY, batch_id=batch_id), min=start, count=count)
+        return [(eid.decode(), {k.decode(): v.decode() for k, v in fields.items()}) for eid, fields in entries]
+
+    def tenant_batches(self, tenant: str, *, limit: int = 100) -> list[str]:
+        ids = self.redis.zrevrange(self.key(TENANT_BATCHES_KEY, tenant=tenant), 0, limit - 1)
+        return [i.decode() for i in ids]
+
+    def delete_prefix(self) -> int:
+        """Removes every key under this store's prefix: for tests and the demo, which own theirs."""
+        removed = 0
+        keys: list[bytes] = []
+        for key in self.redis.scan_iter(match=f"{self.prefix}*", count=1000):
+            keys.append(key)
+            if len(keys) >= 500:
+                removed += self.redis.delete(*keys)
+                keys.clear()
+        if keys:
+            removed += self.redis.delete(*keys)
+        return removed
+
+
+STREAM_ID_PART_MAX = 2**64 - 1
+
+
+def event_id_after(after: str) -> str | None:
+    """The first stream id that follows `after` (`MS-SEQ`, or `MS` for `MS-0`), or None when none can.
+
+    Redis refuses ids whose parts pass 2**64 - 1 and an exclusive range after the largest id, so the
+    successor is computed here and a bad id is a ValueError for the caller to report, not a 500."""
+    ms_text, _, seq_text = after.partition("-")
+    ms, seq = int(ms_text), int(seq_text or 0)
+    if ms > STREAM_ID_PART_MAX or seq > STREAM_ID_PART_MAX:
+        raise ValueError(f"event id {after!r} is out of range: each part is at most {STREAM_ID_PART_MAX}")
+    if seq < STREAM_ID_PART_MAX:
+        return f"{ms}-{seq + 1}"
+    return None if ms == STREAM_ID_PART_MAX else f"{ms + 1}-0"

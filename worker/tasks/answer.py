@@ -1,0 +1,92 @@
+"""The Celery task: thin. Receive a job id, then load, run (`worker.runtime`) and store (`worker.store`).
+
+Only the id travels, so a redelivered or retried task re-reads the job and its batch. One failing
+job never fails its batch: every outcome, failure included, is written as that job's result.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import structlog
+from celery import Task, shared_task
+
+from worker.jobs.models import Batch, Job
+from worker.runtime.conversations import take_turn
+from worker.runtime.loop import RunTimedOut
+from worker.runtime.run import TransientModelError, failed_result
+from worker.store.conversations import ConversationStore
+from worker.store.metrics import record_cancelled, record_finished
+
+from .celery_app import ANSWER_JOB
+from .events import turn_progress
+from .logs import bind_attempt, job_context
+from .process import ProcessWorker, WorkerLost, process_worker, retry_delay, run_in_process_loop
+from .requeue import requeue_when_redis_is_down
+
+log = structlog.get_logger()
+
+
+@shared_task(bind=True, name=ANSWER_JOB, max_retries=None)
+@requeue_when_redis_is_down
+def answer_job(self, job_id: str, lock_waits: int = 0) -> str:  # type: ignore[no-untyped-def]
+    worker = process_worker()
+    job = worker.store.load_job(job_id)
+    batch = worker.store.load_batch(job.batch_id) if job is not None else None
+    if job is None or batch is None:
+        log.error("job_missing", job_id=job_id)
+        return "missing"
+    with job_context(job, batch):
+        if worker.store.cancel_requested(batch.id):
+            if worker.store.mark_cancelled(job, total=batch.total):
+                record_cancelled(worker.store, job)
+            log.info("job_cancelled")
+            return "cancelled"
+        lock = None
+        if job.kind != "question":
+            lock = take_turn(ConversationStore(worker.store), job, worker.settings)
+            if lock is None:  # H5: another job of this conversation runs, or is ahead in line
+                delay = retry_delay(lock_waits, None, worker.settings)
+                log.info("conversation_busy", delay_s=round(delay, 2))
+                raise self.retry(countdown=delay, max_retries=None, kwargs={"lock_waits": lock_waits + 1})
+        try:
+            return _answer(self, worker, job, batch, lock_waits)
+        finally:
+            if lock is not None:
+                lock.release()
+
+
+def _answer(task: Task, worker: ProcessWorker, job: Job, batch: Batch, lock_waits: int) -> str:
+    """Waiting for a conversation's lock is not a failed attempt, so it spends no retries."""
+    retries = task.request.retries - lock_waits
+    attempts = worker.store.begin_attempt(job)
+    bind_attempt(attempts)
+    started_at = datetime.now(UTC)
+    lost = attempts - 1 - retries  # earlier starts that neither finished nor asked for a retry
+    try:
+        if lost >= worker.settings.max_worker_losses:
+            raise WorkerLost(lost)
+        result = run_in_process_loop(worker, job, batch, attempts, started_at, turn_progress(task, job))
+    except TransientModelError as exc:
+        if retries < batch.config.run.retries:
+            delay = retry_delay(retries, exc.retry_after, worker.settings)
+            worker.store.note_retry(job, delay_s=delay, error=str(exc))
+            log.warning("job_retrying", error=str(exc), delay_s=round(delay, 2), attempts=attempts)
+            raise task.retry(countdown=delay, max_retries=None) from None
+        result = failed_result(job, batch, exc, attempts=attempts, started_at=started_at, checkpoint=exc.committed)
+    except (RunTimedOut, WorkerLost) as exc:
+        result = failed_result(job, batch, exc, attempts=attempts, started_at=started_at)
+    if worker.store.write_result(result, total=batch.total):
+        record_finished(worker.store, result)
+    turn = result.turns[-1] if result.turns else None
+    log.info(
+        "job_finished",
+        status=result.status,
+        error=result.error.type if result.error else None,
+        citation_status=turn.citation_status if turn else None,
+        redirects=turn.redirects if turn else None,
+        n_requests=turn.n_requests if turn else None,
+        attempts=result.attempts,
+        model=result.model,
+    )
+    return result.status

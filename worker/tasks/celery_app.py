@@ -1,0 +1,74 @@
+"""The Celery app's settings, each with its reason (docs/design/architecture.md, "Queue").
+
+`create_app` builds an app and nothing else: the worker's instance is `worker.app` (what
+`celery -A worker.app` and `grounded worker` run), and producers build their own to send tasks by
+name, so they never import the task code.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from celery import Celery, bootsteps
+
+from worker.settings import Settings, get_settings
+from worker.store.keys import QUEUE
+
+ANSWER_JOB = "grounded.answer_job"
+TASK_MODULES = ["worker.tasks.answer"]
+
+
+class RequireTagKeys(bootsteps.StartStopStep):
+    """H8. Refuses to start a worker without tag keys: a bootstep that raises stops the worker
+    before it consumes anything, whereas a signal handler's exception is only logged."""
+
+    def __init__(self, parent: Any, **kwargs: Any) -> None:
+        super().__init__(parent, **kwargs)
+        get_settings().signer()
+
+
+def create_app(settings: Settings) -> Celery:
+    app = Celery("grounded", broker=settings.redis_url, include=TASK_MODULES, set_as_current=False)
+    app.conf.update(
+        # a job is acknowledged only after it finished, so a killed worker's job is redelivered,
+        # not lost; results are idempotent per job (results.py), so a second run is harmless
+        task_acks_late=True,
+        # a prefork child that dies mid-job has its job requeued at once instead of acknowledged
+        task_reject_on_worker_lost=True,
+        # an idle worker can take what a busy one would otherwise hoard
+        worker_prefetch_multiplier=1,
+        # only job ids travel (jobs are re-read from the store), as JSON
+        task_serializer="json",
+        accept_content=["json"],
+        # results live in our store; Celery's result backend would hold a second, partial copy
+        task_ignore_result=True,
+        task_default_queue=QUEUE,
+        # enforced by the prefork pool only; threads cannot be killed, so run.timeout_s (capped by
+        # the soft limit) cancels the agent run on the event loop instead
+        task_soft_time_limit=settings.task_soft_limit_s,
+        task_time_limit=settings.task_hard_limit_s,
+        broker_transport_options={
+            # Redis redelivers an unacked job after this: longer than any job plus its retry
+            # countdown, or a job still running would run twice
+            "visibility_timeout": settings.visibility_timeout_s,
+            # kombu 5.7 sweeps for expired unacked jobs every interval * throttle seconds (~100 s by
+            # default); every 5 s makes recovery after a lost worker about visibility_timeout + 5 s
+            "unacked_restore_interval": settings.unacked_restore_interval_s,
+            "unacked_restore_throttle": settings.unacked_restore_throttle,
+            # every broker key under our prefix, beside the results store's keys
+            "global_keyprefix": settings.key_prefix,
+        },
+        # task events for Flower; task-sent events show queued jobs too
+        worker_send_task_events=True,
+        task_send_sent_event=True,
+        broker_connection_retry_on_startup=True,
+        # a Redis that restarts can answer with channel errors (a reply cut off mid-restart) before
+        # the connection itself fails; those are recoverable too, or the worker exits instead of
+        # reconnecting (tests/reliability/test_redis_restart.py)
+        broker_channel_error_retry=True,
+        worker_pool=settings.pool,
+        worker_concurrency=settings.concurrency,
+    )
+    app.steps["worker"].add(RequireTagKeys)
+    return app
+

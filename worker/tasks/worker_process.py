@@ -1,0 +1,84 @@
+"""A worker as a local subprocess: what `grounded demo` and the integration tests start.
+
+It is a real `celery worker` process (threads pool) configured only through its environment, the
+way a deployed worker is, and it is ready once it answers a remote-control ping.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from worker.settings import Settings
+from worker.store.keys import QUEUE
+from worker.tasks.celery_app import create_app
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+class WorkerDidNotStart(RuntimeError):
+    pass
+
+
+@dataclass
+class WorkerProcess:
+    process: subprocess.Popen[bytes]
+    log: Path
+    name: str
+    env: dict[str, str] = field(repr=False)
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+    def wait_ready(self, timeout: float = 60.0) -> None:
+        settings = Settings(redis_url=self.env["GROUNDED_REDIS_URL"],
+                            key_prefix=self.env.get("GROUNDED_KEY_PREFIX", "grounded:"))
+        app = create_app(settings)
+        deadline = time.monotonic() + timeout
+        try:
+            while time.monotonic() < deadline:
+                if self.process.poll() is not None:
+                    raise WorkerDidNotStart(f"worker exited with {self.process.returncode}:\n{self.output()[-3000:]}")
+                if app.control.ping(destination=[self.name], timeout=0.5):
+                    return
+            raise WorkerDidNotStart(f"worker not ready after {timeout:g} s:\n{self.output()[-3000:]}")
+        finally:
+            app.close()
+
+    def stop(self, timeout: float = 15.0) -> None:
+        """A warm shutdown: running jobs finish (SIGTERM), then a kill if they take too long."""
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def kill(self) -> None:
+        self.process.kill()
+        self.process.wait(timeout=5)
+
+
+def start_worker_process(env: dict[str, str], log: Path, *, concurrency: int = 4, wait: bool = True,
+                       loglevel: str = "info") -> WorkerProcess:
+    name = f"local-{uuid.uuid4().hex[:8]}@localhost"
+    command = [
+        sys.executable, "-m", "celery", "-A", "worker.app", "worker", "--pool", "threads",
+        "-c", str(concurrency), "-Q", QUEUE, "-n", name, "-l", loglevel,
+        "--without-gossip", "--without-mingle", "--without-heartbeat",
+    ]
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("wb") as handle:
+        process = subprocess.Popen(command, cwd=REPO, env=env, stdout=handle, stderr=subprocess.STDOUT)
+    worker = WorkerProcess(process, log, name, env)
+    if wait:
+        try:
+            worker.wait_ready()
+        except BaseException:
+            worker.stop()
+            raise
+    return worker
