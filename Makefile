@@ -18,6 +18,8 @@ demo: venv
 
 lint: venv
 	$(BIN)/ruff check --no-cache capabilities worker bench tests
+	$(BIN)/lint-imports
+	$(BIN)/mypy
 
 test: lint
 	$(BIN)/python -m pytest -q -m "not slow"

@@ -13,7 +13,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import KW_ONLY, dataclass, field, replace
 from types import MappingProxyType
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, TypeVar, cast
 
 from pydantic import BaseModel, Field
 from pydantic_ai import (
@@ -433,9 +433,10 @@ class EvidenceCapability(AbstractCapability[Any], ABC):
             return await use(self.connection)
 
     async def _open_store(self) -> CorpusStore:
-        if self._lends_store():
-            return self.store  # type: ignore[return-value]
-        opened = self.store()  # type: ignore[operator]
+        store = self.store
+        if isinstance(store, CorpusStore) and not isinstance(store, type):
+            return store
+        opened = cast(StoreFactory, store)()  # __post_init__ accepted only a store or a callable
         return await opened if inspect.isawaitable(opened) else opened
 
     async def close_owned_store(self) -> None:

@@ -10,12 +10,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import KW_ONLY, dataclass, field, replace
-from typing import Any
+from typing import Any, cast
 
 from pydantic_ai import RunContext
 from pydantic_ai.capabilities import AbstractCapability, WrapModelRequestHandler
 from pydantic_ai.messages import (
-    BinaryContent,
     ModelMessage,
     ModelRequest,
     ModelRequestPart,
@@ -104,7 +103,9 @@ def _compact_request(
     parts: list[ModelRequestPart] = []
     for p, part in enumerate(message.parts):
         if isinstance(part, ToolReturnPart) and part.tool_name in owned:
-            parts.append(replace(part, content=carrier_content if (index, p) == carrier else RECEIPT))
+            # our tools return plain ToolReturnParts (not the framework's tool-search or load subclasses)
+            ours = cast(ToolReturnPart[Any], part)
+            parts.append(replace(ours, content=carrier_content if (index, p) == carrier else RECEIPT))
         elif isinstance(part, UserPromptPart) and not isinstance(part.content, str):
             kept = _strip_our_pictures(part.content, signer)
             if len(kept) == len(part.content):
@@ -197,7 +198,7 @@ async def fetch_pictures(
 @dataclass(frozen=True)
 class _Prepared:
     text: str
-    images: tuple[str | BinaryContent, ...]
+    images: tuple[UserContent, ...]
 
 
 @dataclass

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import httpx2
+
+from worker.polling import StillWaiting, poll_until
 
 
 class APIError(RuntimeError):
@@ -108,11 +109,8 @@ class GroundedClient:
 
     def wait(self, batch_id: str, *, timeout: float = 600.0, poll: float = 0.5) -> dict[str, Any]:
         """Polls until the batch is completed or cancelled; raises TimeoutError otherwise."""
-        deadline = time.monotonic() + timeout
-        while True:
-            progress = self.status(batch_id)
-            if progress["state"] in ("completed", "cancelled"):
-                return progress
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"batch {batch_id} is still {progress['state']} after {timeout:g} s")
-            time.sleep(poll)
+        try:
+            return poll_until(lambda: self.status(batch_id), lambda p: p["state"] in ("completed", "cancelled"),
+                              timeout_s=timeout, interval_s=poll)
+        except StillWaiting as exc:
+            raise TimeoutError(f"batch {batch_id} is still {exc.last['state']} after {timeout:g} s") from None

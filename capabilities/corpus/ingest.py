@@ -107,6 +107,7 @@ def _source_files(paths: Iterable[str | os.PathLike[str]], report: IngestReport)
     seen: set[Path] = set()
     for given in paths:
         path = Path(given)
+        found: Iterator[Path]
         if path.is_dir():
             found = (
                 p

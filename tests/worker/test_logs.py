@@ -18,9 +18,9 @@ from structlog.testing import capture_logs
 
 from tests.conftest import TEST_TAG_KEY, RedisSpace, worker_env
 from tests.worker.conftest import PASSAGES, POLICY, Cluster, question_config
-from worker.tasks import answer, process
 from worker.jobs.lines import parse_batch
 from worker.settings import get_settings
+from worker.tasks import answer, process
 from worker.tasks.logs import JOB_FIELDS, MAX_VALUE_CHARS, REDACTED, redact, renderer_for
 
 QUESTION = "When does the observatory open?"

@@ -13,7 +13,7 @@ from starlette.concurrency import run_in_threadpool
 
 from .deps import CallerDep, OwnedBatch, ProducerDep
 
-_NOT_FOUND = {404: {"description": "no such batch for this token's tenant"}}
+_NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"description": "no such batch for this token's tenant"}}
 
 class BatchSubmission(BaseModel):
     """JSON form of a submission; the same fields travel as multipart form parts with a JSONL `file`."""

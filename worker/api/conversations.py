@@ -13,7 +13,6 @@ from typing import Any
 from fastapi import APIRouter, HTTPException, Request, status
 from starlette.concurrency import run_in_threadpool
 
-from worker.api.deps import CallerDep, ProducerDep
 from worker.jobs.lines import JobLineError
 from worker.jobs.models import Job
 from worker.store.conversations import (
@@ -25,8 +24,10 @@ from worker.store.conversations import (
 )
 from worker.store.results import ResultsStore
 
+from .deps import CallerDep, ProducerDep
+
 FOLLOW_UP_KEYS = ("question", "config", "custom_id", "metadata")
-_NOT_FOUND = {404: {"description": "no such conversation for this token's tenant"}}
+_NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"description": "no such conversation for this token's tenant"}}
 
 conversations = APIRouter(prefix="/v1/conversations", tags=["conversations"])
 
@@ -62,9 +63,10 @@ async def add_turn(conversation_id: str, request: Request, producer: ProducerDep
     """Queues one more user turn. It runs after every earlier job of the conversation, with the
     conversation's stored history, state and composition."""
     body = await _follow_up_body(request)
+    question: Any = body.get("question")  # parse_batch checks it, as it checks every line
     try:
         job: Job = await run_in_threadpool(
-            producer.follow_up, conversation_id, body.get("question"), tenant=caller.tenant,
+            producer.follow_up, conversation_id, question, tenant=caller.tenant,
             config=body.get("config"), custom_id=body.get("custom_id"), metadata=body.get("metadata"),
         )
     except ConversationNotFound as exc:

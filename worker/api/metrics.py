@@ -85,7 +85,7 @@ class GroundedCollector:
 
 def registry_for(store: ResultsStore) -> CollectorRegistry:
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(GroundedCollector(store))  # type: ignore[arg-type]
+    registry.register(GroundedCollector(store))
     return registry
 
 

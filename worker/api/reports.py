@@ -11,11 +11,12 @@ from typing import Annotated
 from fastapi import APIRouter, HTTPException, Query, Request, status
 from fastapi.responses import HTMLResponse
 
-from worker.api.deps import CallerDep, ProducerDep, owned_batch
 from worker.evaluation.experiment import arm_batches_notes, collect, evaluate
 from worker.evaluation.report import render_html
 from worker.evaluation.scoring import EvaluationError
 from worker.settings import MissingTagKeys
+
+from .deps import CallerDep, ProducerDep, owned_batch
 
 reports = APIRouter(prefix="/v1/batches", tags=["reports"])
 

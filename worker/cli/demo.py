@@ -15,14 +15,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from pydantic import SecretStr
 from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeElapsedColumn,
-)
 from rich.table import Table
 
 from capabilities.capsule import CAPSULE_HEADER
@@ -30,8 +24,9 @@ from capabilities.compaction import RECEIPT
 from worker.jobs.models import JobResult, TurnResult
 from worker.producer import Producer
 from worker.settings import Settings
-from worker.store.results import BatchProgress, ResultsStore
 from worker.tasks.worker_process import REPO, start_worker_process
+
+from .following import follow_batch
 
 DEMO_CORPUS = "transit"
 EXAMPLES = REPO / "examples"
@@ -50,26 +45,6 @@ def redis_url(console: Console, workdir: Path) -> Iterator[str]:
     with EmbeddedRedis(workdir / "redis") as server:
         console.print(f"Redis: embedded redis-server on [bold]{server.url()}[/]")
         yield server.url()
-
-
-def follow(store: ResultsStore, batch_id: str, console: Console, *, timeout: float) -> BatchProgress:
-    columns = (TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
-               TimeElapsedColumn())
-    with Progress(*columns, console=console, transient=False) as bar:
-        progress = store.progress(batch_id)
-        assert progress is not None
-        task = bar.add_task("answering", total=progress.total)
-        deadline = time.monotonic() + timeout
-        while True:
-            progress = store.progress(batch_id)
-            assert progress is not None
-            bar.update(task, completed=progress.done + progress.cancelled,
-                       description=f"answering ({progress.running} running)")
-            if progress.finished:
-                return progress
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"the demo batch did not finish within {timeout:g} s")
-            time.sleep(0.2)
 
 
 def results_table(results: list[JobResult]) -> Table:
@@ -136,7 +111,7 @@ def run_demo(*, questions: Path, config: Path, corpus_dir: Path, output: Path, c
         prefix = f"grounded-demo:{secrets.token_hex(4)}:"  # never mixes with other users of a shared Redis
         env = {**os.environ, "GROUNDED_REDIS_URL": url, "GROUNDED_DATA_DIR": str(data_dir),
                "GROUNDED_KEY_PREFIX": prefix, "GROUNDED_TAG_KEYS": tag_keys, "PYTHONWARNINGS": "ignore"}
-        settings = Settings(redis_url=url, data_dir=data_dir, key_prefix=prefix, tag_keys=[tag_keys])  # type: ignore[list-item]
+        settings = Settings(redis_url=url, data_dir=data_dir, key_prefix=prefix, tag_keys=[SecretStr(tag_keys)])
         producer = Producer(settings)
         with console.status("Starting a worker process"):
             worker = start_worker_process(env, workdir / "worker.log", loglevel="warning")
@@ -149,7 +124,7 @@ def run_demo(*, questions: Path, config: Path, corpus_dir: Path, output: Path, c
                 return 1
             batch = producer.submit(batch_report, tenant=settings.cli_tenant)
             console.print(f"Batch [bold]{batch.id}[/]: {batch.total} questions, model {batch.config.model}")
-            final = follow(producer.store, batch.id, console, timeout=timeout)
+            final = follow_batch(producer.store, batch.id, console, timeout=timeout)
             results = list(producer.store.iter_results(batch.id))
         finally:
             worker.stop()

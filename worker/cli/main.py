@@ -9,34 +9,33 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeElapsedColumn,
-)
 from rich.table import Table
 
-from worker.cli.experiment import register as register_experiment
 from worker.settings import get_settings
+
+from .experiment import register as register_experiment
+
+if TYPE_CHECKING:
+    from worker.producer import Producer
+    from worker.store.results import BatchProgress
 
 cli = typer.Typer(name="grounded", help=__doc__, no_args_is_help=True, add_completion=False)
 console = Console()
 err = Console(stderr=True)
 
 
-def _producer():  # -> Producer; imported lazily so `grounded --help` stays quick
+def _producer() -> Producer:
+    """Imported lazily, so `grounded --help` stays quick."""
     from worker.producer import Producer
 
     return Producer(get_settings())
 
 
-def _progress_table(progress) -> Table:  # noqa: ANN001
+def _progress_table(progress: BatchProgress) -> Table:
     table = Table(title=f"Batch {progress.batch_id}", show_header=False)
     data = progress.as_dict()
     table.add_row("state", data["state"])
@@ -70,20 +69,16 @@ def ingest(
         err.print(f"[yellow]{path}[/]: {problem}")
 
 
-def _follow(producer, batch_id: str, timeout: float) -> None:  # noqa: ANN001
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*columns, console=console) as bar:
-        progress = producer.store.progress(batch_id)
-        task = bar.add_task("answering", total=progress.total)
-        deadline = time.monotonic() + timeout
-        while not progress.finished:
-            if time.monotonic() > deadline:
-                err.print(f"[yellow]still {progress.state} after {timeout:g} s[/]")
-                raise typer.Exit(3)
-            time.sleep(0.5)
-            progress = producer.store.progress(batch_id)
-            bar.update(task, completed=progress.done + progress.cancelled,
-                       description=f"answering ({progress.running} running, {progress.failed} failed)")
+def _follow(producer: Producer, batch_id: str, timeout: float) -> None:
+    from worker.polling import StillWaiting
+
+    from .following import follow_batch
+
+    try:
+        progress = follow_batch(producer.store, batch_id, console, timeout=timeout)
+    except StillWaiting as exc:
+        err.print(f"[yellow]still {exc.last.state} after {timeout:g} s[/]")
+        raise typer.Exit(3) from None
     console.print(_progress_table(progress))
 
 

@@ -9,20 +9,20 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from worker.evaluation.scoring import Reviews
 from worker.jobs.models import Batch, JobConfig, JobResult
+from worker.polling import StillWaiting, poll_until
 from worker.producer import Producer
 from worker.settings import Settings
-from worker.store.results import BatchProgress, ResultsStore
+from worker.store.results import BatchNotFound, BatchProgress, ResultsStore
 
 from .judges import Judgements, ModelJudge, judge_results
 from .report import ArmRuns, build_report, render_html
+from .scoring import Reviews
 
 REPORT_JSON = "report.json"
 REPORT_HTML = "report.html"
@@ -124,23 +124,17 @@ def wait_for(
     on_progress: Callable[[list[BatchProgress]], None] = lambda _: None,
     poll_s: float = 0.5,
 ) -> list[BatchProgress]:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        progress = [store.progress(b) for b in batch_ids]
-        missing = [b for b, p in zip(batch_ids, progress, strict=True) if p is None]
-        if missing:
-            raise ExperimentError(f"batch(es) {', '.join(missing)} not found in this results store")
-        known = [p for p in progress if p is not None]
-        on_progress(known)
-        if all(p.finished for p in known):
-            return known
-        if time.monotonic() > deadline:
-            raise ExperimentError(
-                f"not finished after {timeout_s:g} s: "
-                + ", ".join(f"{p.batch_id} {p.done}/{p.total}" for p in known if not p.finished)
-                + "; the batches keep running: report on them later with `grounded compare`"
-            )
-        time.sleep(poll_s)
+    try:
+        return poll_until(lambda: [store.progress_of(b) for b in batch_ids], lambda ps: all(p.finished for p in ps),
+                          timeout_s=timeout_s, interval_s=poll_s, on_each=on_progress)
+    except BatchNotFound as exc:
+        raise ExperimentError(str(exc)) from None
+    except StillWaiting as exc:
+        raise ExperimentError(
+            f"not finished after {timeout_s:g} s: "
+            + ", ".join(f"{p.batch_id} {p.done}/{p.total}" for p in exc.last if not p.finished)
+            + "; the batches keep running: report on them later with `grounded compare`"
+        ) from None
 
 
 def collect(store: ResultsStore, batches: Mapping[str, Sequence[str]]) -> list[ArmRuns]:

@@ -14,11 +14,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 from capabilities.tags import TagSigner
-from worker.evaluation.scoring import STATUSES, Reviews, compute, mean_of
 from worker.jobs.models import JobResult
 
 from .charts import behaviour_chart, status_chart
 from .judges import Judgements, rule_judgements
+from .scoring import STATUSES, Reviews, compute, mean_of
 
 
 @dataclass(frozen=True)

@@ -50,6 +50,11 @@ class _Options(BaseModel):
     def _corpus(cls, value: str) -> str:
         return check_corpus_name(value)
 
+    def capability_options(self) -> dict[str, Any]:
+        """What the capability's factory takes as is; the corpus and the request limit are resolved
+        by the worker (a corpus name into the worker's own file, the limit from the run's)."""
+        return self.model_dump(exclude={"corpus", "request_limit"})
+
 
 class PassagesOptions(_Options):
     max_searches: int = Field(default=5, ge=0, le=50)
@@ -61,7 +66,7 @@ class ReaderOptions(_Options):
     max_reads: int = Field(default=8, ge=0, le=100)
 
 
-EVIDENCE_OPTIONS: dict[str, type[_Options]] = {PASSAGES: PassagesOptions, READER: ReaderOptions}
+EVIDENCE_OPTIONS: dict[str, type[PassagesOptions] | type[ReaderOptions]] = {PASSAGES: PassagesOptions, READER: ReaderOptions}
 ALLOWED = (PASSAGES, READER, POLICY, COMPACTOR)
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from functools import partial
@@ -81,29 +81,11 @@ class _Builder:
         options = EVIDENCE_OPTIONS[name].model_validate({"corpus": args[0]} if args else kwargs)
         store = partial(open_corpus, corpus_path(self.corpora_dir, options.corpus))
         request_limit = options.request_limit or evidence_request_limit(self.run_request_limit)
-        if name == PASSAGES:
-            from capabilities.passages import create_passages
+        from capabilities.passages import create_passages
+        from capabilities.reader import create_reader
 
-            return create_passages(
-                store,
-                self.signer,
-                vision=options.vision,
-                max_searches=options.max_searches,
-                search_limit=options.search_limit,
-                request_limit=request_limit,
-            )
-        if name == READER:
-            from capabilities.reader import create_reader
-
-            return create_reader(
-                store,
-                self.signer,
-                vision=options.vision,
-                max_listings=options.max_listings,
-                max_reads=options.max_reads,
-                request_limit=request_limit,
-            )
-        raise AssertionError(f"composition let {name!r} through without a builder")
+        factory: Callable[..., AbstractCapability[Any]] = create_passages if name == PASSAGES else create_reader
+        return factory(store, self.signer, request_limit=request_limit, **options.capability_options())
 
 
 _builder: ContextVar[_Builder | None] = ContextVar("grounded_capability_builder", default=None)

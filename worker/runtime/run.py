@@ -32,9 +32,9 @@ from capabilities.tags import TagSigner
 from worker.jobs.allowlist import model_label
 from worker.jobs.models import Batch, Job, JobError, JobResult, TurnResult, Usage
 from worker.redaction import scrub
-from worker.runtime.llms import NO_SDK_RETRIES, ModelCache, WireRecorder
 
 from .agents import AgentCache, BuiltAgent
+from .llms import NO_SDK_RETRIES, ModelCache, WireRecorder
 from .turns import summarize_turn
 
 _TRANSIENT = (ModelRateLimitError, ModelUnavailableError, ModelServerError, ModelConnectionError, ModelRequestTimeout)

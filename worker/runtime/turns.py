@@ -46,7 +46,7 @@ def _cited(
     state: Mapping[str, Any], namespace: str, chunk_id: str, record: CapabilityEvidenceRecord, q: int
 ) -> CitedChunk:
     index = (state.get(namespace) or {}).get("citation_index") or {}
-    citation = index.get(chunk_id) or next((c for c in index.values() if c.get("chunk_id") == chunk_id), {})
+    citation: dict[str, Any] = index.get(chunk_id) or next((c for c in index.values() if c.get("chunk_id") == chunk_id), {})
     occurrence = record.occurrences.get(chunk_id)
     return CitedChunk(
         capability=namespace,

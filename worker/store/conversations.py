@@ -17,11 +17,12 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter
 
-from worker.jobs.composition import COMPACTOR, PASSAGES, POLICY, READER, Composition
+from worker.jobs.composition import COMPACTOR, PASSAGES, POLICY, Composition
 from worker.jobs.models import JobConfig, TurnResult
 from worker.settings import Settings
-from worker.store.keys import CONVERSATION_JOBS_KEY, CONVERSATION_KEY, CONVERSATION_LOCK_KEY, CONVERSATION_TURNS_KEY
-from worker.store.results import ResultsStore
+
+from .keys import CONVERSATION_JOBS_KEY, CONVERSATION_KEY, CONVERSATION_LOCK_KEY, CONVERSATION_TURNS_KEY
+from .results import ResultsStore
 
 LOCK_MARGIN_S = 5  # beyond the task's hard limit: the lock outlives any run that holds it (H5)
 
@@ -84,8 +85,8 @@ def evidence_namespace(capability: str) -> str:
     from capabilities.passages import PassageSearchCapability
     from capabilities.reader import DocumentReaderCapability
 
-    cls = {PASSAGES: PassageSearchCapability, READER: DocumentReaderCapability}[capability]
-    return next(f.default for f in fields(cls) if f.name == "namespace")
+    cls = PassageSearchCapability if capability == PASSAGES else DocumentReaderCapability
+    return str(next(f.default for f in fields(cls) if f.name == "namespace"))
 
 
 class StoredComposition(BaseModel):

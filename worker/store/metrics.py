@@ -108,12 +108,12 @@ def increments(observation: JobObservation) -> dict[str, float]:
     samples = [(MODEL_REQUEST, s) for s in observation.request_seconds]
     if observation.job_seconds is not None:
         samples.append((JOB, observation.job_seconds))
-    for histogram, value in samples:
-        bucket = _bucket_field(histogram, value)
+    for histogram, seconds in samples:
+        bucket = _bucket_field(histogram, seconds)
         if bucket is not None:
             fields[bucket] = fields.get(bucket, 0) + 1
         fields[f"{histogram}:count"] = fields.get(f"{histogram}:count", 0) + 1
-        fields[f"{histogram}:sum"] = fields.get(f"{histogram}:sum", 0.0) + value
+        fields[f"{histogram}:sum"] = fields.get(f"{histogram}:sum", 0.0) + seconds
     return fields
 
 

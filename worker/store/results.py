@@ -68,6 +68,12 @@ return {new, finished}
 """
 
 
+class BatchNotFound(LookupError):
+    def __init__(self, batch_id: str) -> None:
+        super().__init__(f"batch {batch_id!r} not found in this results store")
+        self.batch_id = batch_id
+
+
 def new_id(kind: str) -> str:
     return f"{kind}_{uuid.uuid4().hex}"
 
@@ -257,6 +263,13 @@ class ResultsStore:
             succeeded=succeeded, failed=failed, cancelled=cancelled, cancel_requested=bool(cancel),
             finished=bool(finished),
         )
+
+    def progress_of(self, batch_id: str) -> BatchProgress:
+        """Like `progress`, for a batch the caller knows exists: raises BatchNotFound otherwise."""
+        progress = self.progress(batch_id)
+        if progress is None:
+            raise BatchNotFound(batch_id)
+        return progress
 
     def job_ids(self, batch_id: str) -> list[str]:
         return [j.decode() for j in self.redis.lrange(self.key(BATCH_JOBS_KEY, batch_id=batch_id), 0, -1)]

@@ -29,7 +29,7 @@ log = structlog.get_logger()
 
 @shared_task(bind=True, name=ANSWER_JOB, max_retries=None)
 @requeue_when_redis_is_down
-def answer_job(self, job_id: str, lock_waits: int = 0) -> str:  # type: ignore[no-untyped-def]
+def answer_job(self: Task, job_id: str, lock_waits: int = 0) -> str:
     worker = process_worker()
     job = worker.store.load_job(job_id)
     batch = worker.store.load_batch(job.batch_id) if job is not None else None

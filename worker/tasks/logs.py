@@ -44,7 +44,7 @@ def redact(logger: WrappedLogger, method_name: str, event_dict: EventDict) -> Ev
     return event_dict
 
 
-def renderer_for(stream: IO[str]) -> Processor:
+def renderer_for(stream: IO[str] | None) -> Processor:
     """Machines get JSON; a person at a terminal gets the console renderer."""
     isatty = getattr(stream, "isatty", None)
     if isatty is not None and isatty():

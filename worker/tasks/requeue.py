@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import redis
 import structlog
@@ -33,4 +33,4 @@ def requeue_when_redis_is_down(task: F) -> F:
             log.warning("job_requeued", reason="redis_unavailable", error=f"{type(exc).__name__}: {exc}")
             raise Reject(f"Redis unavailable: {exc}", requeue=True) from exc
 
-    return run  # type: ignore[return-value]
+    return cast(F, run)  # functools.wraps keeps the signature; mypy cannot see that

@@ -15,7 +15,8 @@ from pathlib import Path
 
 from worker.settings import Settings
 from worker.store.keys import QUEUE
-from worker.tasks.celery_app import create_app
+
+from .celery_app import create_app
 
 REPO = Path(__file__).resolve().parents[2]
 
