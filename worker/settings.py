@@ -14,7 +14,7 @@ from typing import Annotated, Any
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from capabilities.tags import TagSigner
+from capabilities import TagSigner
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 

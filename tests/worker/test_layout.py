@@ -26,3 +26,22 @@ def test_the_worker_app_registers_only_the_answer_task() -> None:
     probe = "from worker.app import app; app.loader.import_default_modules(); print(sorted(n for n in app.tasks if not n.startswith('celery.')))"
     out = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "['grounded.answer_job']", out.stdout + out.stderr
+
+
+def test_worker_uses_only_the_public_surface_of_capabilities() -> None:
+    """The capabilities package is usable by any host; what the worker needs from it is public (in
+    `__all__`), so a refactor inside capabilities cannot break the worker unannounced."""
+    import ast
+
+    import capabilities
+    import capabilities.corpus
+
+    public = {"capabilities": set(capabilities.__all__), "capabilities.corpus": set(capabilities.corpus.__all__)}
+    private: list[str] = []
+    for path in sorted((REPO / "worker").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "capabilities":
+                allowed = public.get(node.module, set())
+                private += [f"{path.relative_to(REPO)}: {node.module}.{a.name}" for a in node.names
+                            if a.name not in allowed]
+    assert private == []

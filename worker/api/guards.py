@@ -8,11 +8,11 @@ by parse_batch and reported as a 422 like any other line problem.
 
 from __future__ import annotations
 
-import redis
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
-from kombu.exceptions import OperationalError
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from worker.store.outages import REDIS_UNAVAILABLE
 
 RETRY_AFTER_S = 5
 
@@ -83,6 +83,6 @@ async def redis_unavailable(request: Request, exc: Exception) -> JSONResponse:
 
 def install_guards(api: FastAPI, *, max_request_bytes: int) -> None:
     api.add_middleware(BodyLimit, max_bytes=max_request_bytes)
-    for error in (redis.ConnectionError, redis.TimeoutError, OperationalError):
+    for error in REDIS_UNAVAILABLE:
         api.add_exception_handler(error, redis_unavailable)
 

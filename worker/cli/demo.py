@@ -19,8 +19,7 @@ from pydantic import SecretStr
 from rich.console import Console
 from rich.table import Table
 
-from capabilities.capsule import CAPSULE_HEADER
-from capabilities.compaction import RECEIPT
+from capabilities import CAPSULE_HEADER, RECEIPT
 from worker.jobs.models import JobResult, TurnResult
 from worker.producer import Producer
 from worker.settings import Settings

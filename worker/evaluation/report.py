@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from capabilities.tags import TagSigner
+from capabilities import TagSigner
 from worker.jobs.models import JobResult
 
 from .charts import behaviour_chart, status_chart

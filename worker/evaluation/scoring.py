@@ -17,13 +17,14 @@ from typing import Any
 
 from pydantic_ai.messages import ModelMessagesTypeAdapter
 
-from capabilities.ledger import (
+from capabilities import (
+    POLICY_NAMESPACE,
     CapabilityEvidenceRecord,
     CitationStatus,
+    TagSigner,
     citation_status,
+    redirects_delivered,
 )
-from capabilities.policy import POLICY_NAMESPACE, redirects_delivered
-from capabilities.tags import TagSigner
 from worker.jobs.models import JobResult
 from worker.runtime.turns import recorded_violation
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from capabilities.tags import has_machine_tag
+from capabilities import has_machine_tag
 
 from .models import JobConfig, JobSpec
 

@@ -20,8 +20,16 @@ from typing import Any, ClassVar
 from pydantic_ai import Agent
 from pydantic_ai.capabilities import AbstractCapability
 
-from capabilities.deps import Deps
-from capabilities.tags import TagSigner
+from capabilities import (
+    GRACE_REQUESTS,
+    Deps,
+    TagSigner,
+    create_compactor,
+    create_passages,
+    create_policy,
+    create_reader,
+)
+from capabilities.corpus import SQLiteCorpus
 from worker.jobs.composition import (
     COMPACTOR,
     EVIDENCE_OPTIONS,
@@ -34,23 +42,16 @@ from worker.jobs.composition import (
 )
 from worker.jobs.models import JobConfig, JobKind
 
-GRACE_REQUESTS_FALLBACK = 2
-
 
 def evidence_request_limit(run_request_limit: int) -> int:
     """E12. An evidence capability stops offering its tools early enough that the grace requests for
     citing, the answer and one redirect still fit under the run's usage limit; otherwise the limit
     would abort the run before the model could record what it found."""
-    try:
-        from capabilities.budgets import GRACE_REQUESTS
-    except ImportError:  # pragma: no cover - the evidence core not installed yet
-        GRACE_REQUESTS = GRACE_REQUESTS_FALLBACK
     return max(1, run_request_limit - GRACE_REQUESTS - 2)
 
 
 def open_corpus(path: Path) -> Any:
     """A read-only connection owned by one run (E3): corpora are opened per run, never cached."""
-    from capabilities.corpus import SQLiteCorpus
 
     return SQLiteCorpus(path, read_only=True)
 
@@ -71,18 +72,12 @@ class _Builder:
 
     def _build(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> AbstractCapability[Any]:
         if name == POLICY:
-            from capabilities.policy import create_policy
-
             return create_policy(self.signer)
         if name == COMPACTOR:
-            from capabilities.compaction import create_compactor
-
             return create_compactor(self.signer)
         options = EVIDENCE_OPTIONS[name].model_validate({"corpus": args[0]} if args else kwargs)
         store = partial(open_corpus, corpus_path(self.corpora_dir, options.corpus))
         request_limit = options.request_limit or evidence_request_limit(self.run_request_limit)
-        from capabilities.passages import create_passages
-        from capabilities.reader import create_reader
 
         factory: Callable[..., AbstractCapability[Any]] = create_passages if name == PASSAGES else create_reader
         return factory(store, self.signer, request_limit=request_limit, **options.capability_options())

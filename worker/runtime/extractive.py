@@ -28,7 +28,7 @@ from pydantic_ai.models import Model, ModelRequestParameters
 from pydantic_ai.settings import ModelSettings
 from pydantic_ai.usage import RequestUsage
 
-from capabilities.formatting import NO_RESULTS, RESULT_SEPARATOR
+from capabilities import NO_RESULTS, RESULT_SEPARATOR
 
 EXTRACTIVE = "extractive"
 SEARCH_TOOL = "passages_search"

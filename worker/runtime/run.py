@@ -27,8 +27,7 @@ from pydantic_ai.exceptions import (
 from pydantic_ai.messages import ModelMessage
 from pydantic_ai.usage import UsageLimits
 
-from capabilities.deps import Deps
-from capabilities.tags import TagSigner
+from capabilities import Deps, TagSigner
 from worker.jobs.allowlist import model_label
 from worker.jobs.models import Batch, Job, JobError, JobResult, TurnResult, Usage
 from worker.redaction import scrub

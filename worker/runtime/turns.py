@@ -18,9 +18,15 @@ from pydantic_ai.messages import (
     ToolReturnPart,
 )
 
-from capabilities.ledger import CapabilityEvidenceRecord, citation_status, declared_refs
-from capabilities.policy import POLICY_NAMESPACE, CitationPolicyState, redirects_delivered
-from capabilities.tags import TagSigner
+from capabilities import (
+    POLICY_NAMESPACE,
+    CapabilityEvidenceRecord,
+    CitationPolicyState,
+    TagSigner,
+    citation_status,
+    declared_refs,
+    redirects_delivered,
+)
 from worker.jobs.models import CitedChunk, TurnResult, Usage
 
 

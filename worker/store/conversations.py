@@ -82,8 +82,7 @@ class CompositionMismatch(ValueError):
 
 def evidence_namespace(capability: str) -> str:
     """The `deps.state` key a listed evidence capability writes: its class's default namespace."""
-    from capabilities.passages import PassageSearchCapability
-    from capabilities.reader import DocumentReaderCapability
+    from capabilities import DocumentReaderCapability, PassageSearchCapability
 
     cls = PassageSearchCapability if capability == PASSAGES else DocumentReaderCapability
     return str(next(f.default for f in fields(cls) if f.name == "namespace"))

@@ -13,13 +13,12 @@ import functools
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
-import redis
 import structlog
 from celery.exceptions import Reject
-from kombu.exceptions import OperationalError
+
+from worker.store.outages import REDIS_UNAVAILABLE
 
 F = TypeVar("F", bound=Callable[..., Any])
-REDIS_UNAVAILABLE = (redis.ConnectionError, redis.TimeoutError, OperationalError)
 
 log = structlog.get_logger()
 
