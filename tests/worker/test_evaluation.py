@@ -35,41 +35,41 @@ OTHER_SIGNER = TagSigner([b"another-deployment"])
 
 def test_V6_synthetic_results_give_the_exact_metrics():
     m = compute(synthetic_arm(), signer=SIGNER)
-    assert (m["questions"], m["answerable"], m["unanswerable"], m["unlabelled"]) == (4, 1, 3, 0)
-    assert m["failed"] == 1
-    assert m["ungrounded_declarations"] == 1
-    assert m["ungrounded_declarations_unanswerable"] == 1
-    assert m["ungrounded_declarations_answerable"] == 0
-    assert m["grounded_unanswerable"] == 1
-    assert m["answerable_answered"] == 1
-    assert m["answerable_grounded"] == 1
-    assert m["redirects"] == 1
-    assert m["violations"] == 1
-    assert m["undeclared"] == 1
-    assert m["invented"] is None and m["invented_checked"] == 0
-    assert m["mean_n_requests"] == pytest.approx(3.5)
-    assert m["redirect_requests"] == 1
-    assert m["status"] == {
+    assert (m.questions, m.answerable, m.unanswerable, m.unlabelled) == (4, 1, 3, 0)
+    assert m.failed == 1
+    assert m.ungrounded_declarations == 1
+    assert m.ungrounded_declarations_unanswerable == 1
+    assert m.ungrounded_declarations_answerable == 0
+    assert m.grounded_unanswerable == 1
+    assert m.answerable_answered == 1
+    assert m.answerable_grounded == 1
+    assert m.redirects == 1
+    assert m.violations == 1
+    assert m.undeclared == 1
+    assert m.invented is None and m.invented_checked == 0
+    assert m.mean_n_requests == pytest.approx(3.5)
+    assert m.redirect_requests == 1
+    assert m.status.model_dump() == {
         "all": {"grounded": 2, "ungrounded": 1, "missing": 1},
         "answerable": {"grounded": 1, "ungrounded": 0, "missing": 0},
         "unanswerable": {"grounded": 1, "ungrounded": 1, "missing": 1},
     }
-    assert m["refusal"] == {"tp": 1, "fp": 0, "fn": 2, "tn": 1, "precision": 1.0,
+    assert m.refusal.model_dump() == {"tp": 1, "fp": 0, "fn": 2, "tn": 1, "precision": 1.0,
                             "recall": pytest.approx(1 / 3), "f1": pytest.approx(0.5)}
-    assert m["policy_registered"] is True
-    assert [r["custom_id"] for r in m["rows"]] == ["u1", "u2", "u3", "a1"]
+    assert m.policy_registered is True
+    assert [r.custom_id for r in m.rows] == ["u1", "u2", "u3", "a1"]
 
 
 def test_V6_a_failed_job_is_excluded_from_every_count_and_reported_as_failed():
     results = synthetic_arm()
     with_failed = compute(results, signer=SIGNER)
     without = compute([r for r in results if r.status == "succeeded"], signer=SIGNER)
-    assert with_failed["failed"] == 1 and without["failed"] == 0
-    assert with_failed["failed_jobs"] == [
+    assert with_failed.failed == 1 and without.failed == 0
+    assert [job.model_dump() for job in with_failed.failed_jobs] == [
         {"job_id": "job-batch-1-a2", "custom_id": "a2", "error": {"type": "ModelHTTPError", "message": "status_code: 400"}}
     ]
     ignore = {"failed", "failed_jobs"}
-    assert {k: v for k, v in with_failed.items() if k not in ignore} == {k: v for k, v in without.items() if k not in ignore}
+    assert with_failed.model_dump(exclude=ignore) == without.model_dump(exclude=ignore)
 
 
 def test_V6_status_is_recomputed_and_a_mismatch_names_the_job():
@@ -101,13 +101,13 @@ def test_V5_a_redirect_typed_into_the_question_text_is_not_counted():
     typed = f"please ignore this {redirect_tag(OTHER_SIGNER, None, 0)}"
     messages = [ModelRequest(parts=[UserPromptPart(typed)])]
     assert recount_redirects(ModelMessagesTypeAdapter.dump_json(messages), SIGNER, None, 0) == 0
-    assert compute([result], signer=SIGNER)["redirects"] == 0
+    assert compute([result], signer=SIGNER).redirects == 0
 
 
 def test_V5_violations_are_read_from_the_policy_state_and_absent_without_the_policy():
     off = [stored("u1", answerable=False, status="missing", policy=False)]
     m = compute(off, signer=SIGNER)
-    assert m["violations"] == 0 and m["undeclared"] == 1 and m["policy_registered"] is False
+    assert m.violations == 0 and m.undeclared == 1 and m.policy_registered is False
     lying = stored("u2", answerable=False, status="missing", violation=True)
     lying.state_after["citation_policy"] = {"violations": []}
     with pytest.raises(EvaluationError, match="stored violation=True but the policy state says False"):
@@ -122,7 +122,7 @@ def test_V6_conversation_jobs_are_refused_with_the_reason():
 
 def test_V4_invented_is_not_checked_without_a_review_and_counted_with_one(tmp_path):
     results = synthetic_arm()
-    assert compute(results, signer=SIGNER)["invented"] is None
+    assert compute(results, signer=SIGNER).invented is None
     review = tmp_path / "review.jsonl"
     lines = [{"job_id": r.job_id, "invented": 0} for r in results if r.status == "succeeded"]
     lines[1]["invented"] = 1
@@ -131,9 +131,9 @@ def test_V4_invented_is_not_checked_without_a_review_and_counted_with_one(tmp_pa
     reviews = load_reviews(review)
     assert len(reviews) == 4
     m = compute(results, signer=SIGNER, reviews=reviews)
-    assert (m["invented"], m["invented_checked"]) == (1, 4)
+    assert (m.invented, m.invented_checked) == (1, 4)
     partial = compute(results, signer=SIGNER, reviews={results[0].job_id: False})
-    assert (partial["invented"], partial["invented_checked"]) == (0, 1)
+    assert (partial.invented, partial.invented_checked) == (0, 1)
 
 
 def test_V4_review_file_rejects_a_bad_verdict(tmp_path):
@@ -153,7 +153,7 @@ def test_V4_rule_judge_names_itself_and_applies_its_rules():
     assert (hit.correct, miss.correct) == (True, False)
     assert judge.verdict(JudgeItem("q?", "It listens on port 8080.", False)).correct is None
     assert rule_judgements(synthetic_arm()).judge == judge.name
-    assert compute(synthetic_arm(), signer=SIGNER)["judge"] == judge.name
+    assert compute(synthetic_arm(), signer=SIGNER).judge == judge.name
 
 
 @pytest.mark.parametrize("text", [
@@ -181,7 +181,7 @@ async def test_V4_model_judge_uses_structured_output_and_the_rubric():
     assert judgements.verdicts["job-batch-1-u1"].correct is None  # unanswerable: no reference to compare
     assert REFUSAL_RUBRIC in seen[0]
     m = compute(results, signer=SIGNER, judgements=judgements)
-    assert m["judge"] == judge.name and m["refusal"]["tp"] == 0
+    assert m.judge == judge.name and m.refusal.tp == 0
 
 
 def test_V6_a_missing_verdict_is_an_error_naming_the_job():

@@ -1,15 +1,18 @@
 """`grounded experiment` and `grounded compare`: thin shells over `worker.experiment`.
 
 Kept apart from the logic so that registering them on `grounded` costs nothing at start-up: the
-evaluation, plotting and Celery imports happen only when a command runs.
+evaluation, templating and Celery imports happen only when a command runs.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+
+if TYPE_CHECKING:
+    from worker.evaluation.models import Report
 
 JudgeOption = Annotated[
     Path | None,
@@ -28,25 +31,25 @@ def _fail(exc: Exception) -> typer.Exit:
     return typer.Exit(2)
 
 
-def _finish(report: dict[str, Any], out: Path) -> None:
+def _finish(report: Report, out: Path) -> None:
     from rich.console import Console
     from rich.table import Table
 
     from worker.evaluation.experiment import write_report
 
     json_path, html_path = write_report(report, out)
-    names = [arm["name"] for arm in report["arms"]]
-    diffs = list(report["table"][0]["differences"])
+    names = [arm.name for arm in report.arms]
+    diffs = report.difference_names
     table = Table(title="Evaluation")
     table.add_column("metric")
     for column in [*names, *diffs]:
         table.add_column(column, justify="right")
-    for row in report["table"]:
-        table.add_row(row["label"], *(row["values"][n] for n in names), *(row["differences"][d] for d in diffs))
+    for row in report.table:
+        table.add_row(row.label, *(row.values[n] for n in names), *(row.differences[d] for d in diffs))
     console = Console()
     console.print(table)
-    console.print(f"judge: {report['judge']}")
-    for note in report["notes"]:
+    console.print(f"judge: {report.judge}")
+    for note in report.notes:
         console.print(f"[yellow]note:[/] {note}")
     console.print(f"wrote {html_path} and {json_path}")
 

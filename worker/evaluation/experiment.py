@@ -21,6 +21,7 @@ from worker.settings import Settings
 from worker.store.results import BatchNotFound, BatchProgress, ResultsStore
 
 from .judges import Judgements, ModelJudge, judge_results
+from .models import Report
 from .report import ArmRuns, build_report, render_html
 from .scoring import Reviews
 
@@ -170,7 +171,7 @@ def evaluate(
     judge_config: JobConfig | None = None,
     reviews: Reviews | None = None,
     notes: Sequence[str] = (),
-) -> dict[str, Any]:
+) -> Report:
     """Judges with the configured judge model, else the rule-based judge, then builds the report."""
     judgements: Judgements | None = None
     if judge_config is not None:
@@ -181,27 +182,27 @@ def evaluate(
     )
 
 
-def review_template(report: Mapping[str, Any]) -> list[dict[str, Any]]:
+def review_template(report: Report) -> list[dict[str, Any]]:
     """One line per answer for a reviewer to fill in `invented` (V4), then pass back with --review."""
     lines = []
-    for q in report["questions"]:
-        for arm, rows in q["arms"].items():
+    for q in report.questions:
+        for arm, rows in q.arms.items():
             for index, row in enumerate(rows):
                 if row is None:
                     continue
                 lines.append({
-                    "job_id": row["job_id"], "arm": arm, "run": index + 1, "custom_id": q["custom_id"],
-                    "question": q["question"], "answer": row["answer"], "status": row["status"],
-                    "cited": [{"chunk_id": c["chunk_id"], "content": c["content"]} for c in row["cited"]],
-                    "invented": row["invented"],
+                    "job_id": row.job_id, "arm": arm, "run": index + 1, "custom_id": q.custom_id,
+                    "question": q.question, "answer": row.answer, "status": row.status,
+                    "cited": [{"chunk_id": c.chunk_id, "content": c.content} for c in row.cited],
+                    "invented": row.invented,
                 })
     return lines
 
 
-def write_report(report: Mapping[str, Any], out_dir: Path) -> tuple[Path, Path]:
+def write_report(report: Report, out_dir: Path) -> tuple[Path, Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     json_path, html_path = out_dir / REPORT_JSON, out_dir / REPORT_HTML
-    json_path.write_text(json.dumps(report, indent=2, ensure_ascii=False))
+    json_path.write_text(report.model_dump_json(indent=2))
     html_path.write_text(render_html(report))
     template = out_dir / REVIEW_TEMPLATE
     if not template.exists():  # never overwrite a reviewer's work
@@ -224,7 +225,7 @@ def run_experiment(
     reviews: Reviews | None = None,
     on_submitted: Callable[[Mapping[str, Sequence[Batch]]], None] = lambda _: None,
     on_progress: Callable[[list[BatchProgress]], None] = lambda _: None,
-) -> dict[str, Any]:
+) -> Report:
     """Submits every arm and repeat, waits for all of them, and returns the report."""
     if not arms or len({a.name for a in arms}) != len(arms):
         raise ExperimentError("give each arm once, with a distinct name: --arm off=A.yaml --arm on=B.yaml")
@@ -247,7 +248,7 @@ def run_compare(
     *,
     judge_config: JobConfig | None = None,
     reviews: Reviews | None = None,
-) -> dict[str, Any]:
+) -> Report:
     """`[NAME=]ID[,ID...]` per arm, baseline first; a name defaults to the batch's arm label."""
     signer = settings.signer()
     store = ResultsStore.from_url(settings.redis_url, prefix=settings.key_prefix)

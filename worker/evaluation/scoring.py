@@ -10,17 +10,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from statistics import fmean
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic_ai.messages import ModelMessagesTypeAdapter
 
 from capabilities import (
     POLICY_NAMESPACE,
     CapabilityEvidenceRecord,
-    CitationStatus,
     TagSigner,
     citation_status,
     redirects_delivered,
@@ -29,8 +27,9 @@ from worker.jobs.models import JobResult
 from worker.runtime.turns import recorded_violation
 
 from .judges import Judgements, Verdict, answer_text, answerable_label, rule_judgements
+from .models import FailedJob, Mixed, QuestionRow, RefusalScores, RunMetrics, StatusCounts, StatusSplits
 
-STATUSES: tuple[CitationStatus, ...] = ("grounded", "ungrounded", "missing")
+T = TypeVar("T")
 Reviews = Mapping[str, bool]  # job_id -> invented (V4), from a reviewer's file
 
 
@@ -56,33 +55,6 @@ def recount_redirects(new_messages_json: bytes | str, signer: TagSigner, convers
     """V6: redirects recounted from the stored messages, exactly as the worker counted them."""
     messages = ModelMessagesTypeAdapter.validate_json(new_messages_json)
     return redirects_delivered(messages, signer, conversation_id, question)
-
-
-@dataclass(frozen=True)
-class QuestionRow:
-    """One evaluated answer: V4's per-question fields and what the report shows beside them."""
-
-    job_id: str
-    custom_id: str
-    question: str
-    answerable: bool | None
-    status: CitationStatus
-    redirects: int
-    violation: bool
-    refusal: bool
-    correct: bool | None
-    invented: bool | None  # None: not reviewed
-    n_requests: int
-    answer: str
-    reference_answer: str | None
-    judge_reason: str
-    declared_refs: list[dict[str, str]] = field(default_factory=list)
-    cited: list[dict[str, Any]] = field(default_factory=list)
-
-    @property
-    def answered(self) -> bool:
-        """V5's "answered": not a refusal, and judged correct."""
-        return not self.refusal and self.correct is True
 
 
 def question_row(result: JobResult, *, signer: TagSigner, verdict: Verdict, invented: bool | None) -> QuestionRow:
@@ -129,7 +101,7 @@ def question_row(result: JobResult, *, signer: TagSigner, verdict: Verdict, inve
         reference_answer=reference if isinstance(reference, str) else None,
         judge_reason=verdict.reason,
         declared_refs=list(turn.declared_refs),
-        cited=[c.model_dump(mode="json") for c in turn.cited],
+        cited=list(turn.cited),
     )
 
 
@@ -137,7 +109,7 @@ def _ratio(num: int, den: int) -> float | None:
     return num / den if den else None
 
 
-def refusal_scores(rows: Sequence[QuestionRow]) -> dict[str, Any]:
+def refusal_scores(rows: Sequence[QuestionRow]) -> RefusalScores[int]:
     """Refusal as a prediction of "unanswerable": precision, recall and F1 against the V3 label."""
     labelled = [r for r in rows if r.answerable is not None]
     tp = sum(r.refusal and not r.answerable for r in labelled)
@@ -149,15 +121,16 @@ def refusal_scores(rows: Sequence[QuestionRow]) -> dict[str, Any]:
         f1 = None
     else:
         f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
-    return {"tp": tp, "fp": fp, "fn": fn, "tn": tn, "precision": precision, "recall": recall, "f1": f1}
+    return RefusalScores[int](tp=tp, fp=fp, fn=fn, tn=tn, precision=precision, recall=recall, f1=f1)
 
 
-def _status_counts(rows: Iterable[QuestionRow]) -> dict[str, int]:
-    rows = list(rows)
-    return {s: sum(r.status == s for r in rows) for s in STATUSES}
+def _status_counts(rows: Iterable[QuestionRow]) -> StatusCounts[int]:
+    statuses = [r.status for r in rows]
+    return StatusCounts[int](grounded=statuses.count("grounded"), ungrounded=statuses.count("ungrounded"),
+                             missing=statuses.count("missing"))
 
 
-def _one_or_mixed(values: Iterable[Any]) -> Any:
+def _one_or_mixed(values: Iterable[T]) -> T | Mixed | None:
     distinct = sorted(set(values), key=str)
     return distinct[0] if len(distinct) == 1 else ("mixed" if distinct else None)
 
@@ -168,7 +141,7 @@ def compute(
     signer: TagSigner,
     judgements: Judgements | None = None,
     reviews: Reviews | None = None,
-) -> dict[str, Any]:
+) -> RunMetrics:
     """V5 for one run of one arm. Failed jobs are left out of every count and reported as `failed`;
     without `judgements` the rule-based judge decides refusal and correctness, and says so."""
     judgements = judgements or rule_judgements(arm_results)
@@ -187,51 +160,34 @@ def compute(
     qu = [r for r in rows if r.answerable is False]
     reviewed = [r for r in rows if r.invented is not None]
     counted = [r for r in arm_results if r.status == "succeeded"]
-    return {
-        "judge": judgements.judge,
-        "model": _one_or_mixed(r.model for r in arm_results),
-        "policy_registered": _one_or_mixed(r.policy_registered for r in counted),
-        "questions": len(rows),
-        "answerable": len(qa),
-        "unanswerable": len(qu),
-        "unlabelled": len(rows) - len(qa) - len(qu),
-        "failed": len(failed),
-        "failed_jobs": [
-            {"job_id": r.job_id, "custom_id": r.custom_id, "error": r.error.model_dump() if r.error else None}
-            for r in failed
-        ],
-        "status": {"all": _status_counts(rows), "answerable": _status_counts(qa), "unanswerable": _status_counts(qu)},
-        "ungrounded_declarations": sum(r.status == "ungrounded" for r in rows),
-        "ungrounded_declarations_unanswerable": sum(r.status == "ungrounded" for r in qu),
-        "ungrounded_declarations_answerable": sum(r.status == "ungrounded" for r in qa),
-        "grounded_unanswerable": sum(r.status == "grounded" for r in qu),
-        "answerable_answered": sum(r.answered for r in qa),
-        "answerable_grounded": sum(r.status == "grounded" for r in qa),
-        "redirects": sum(r.redirects for r in rows),
-        "violations": sum(r.violation for r in rows),
-        "undeclared": sum(r.status == "missing" for r in rows),
-        "invented": sum(bool(r.invented) for r in reviewed) if reviewed else None,
-        "invented_checked": len(reviewed),
-        "mean_n_requests": fmean(r.n_requests for r in rows) if rows else None,
-        "redirect_requests": sum(r.redirects for r in rows),
-        "refusal": refusal_scores(rows),
-        "rows": [asdict(r) for r in rows],
-    }
-
-
-def mean_of(runs: Sequence[Mapping[str, Any]], key: str) -> float | None:
-    """V8: a metric's mean over repeats; a run where it was not measured leaves the mean undefined."""
-    values = [_lookup(run, key) for run in runs]
-    if not values or any(v is None or isinstance(v, str) for v in values):
-        return None
-    return fmean(float(v) for v in values)
-
-
-def _lookup(metrics: Mapping[str, Any], key: str) -> Any:
-    value: Any = metrics
-    for part in key.split("."):
-        value = value.get(part) if isinstance(value, Mapping) else None
-    return value
+    return RunMetrics(
+        judge=judgements.judge,
+        model=_one_or_mixed(r.model for r in arm_results),
+        policy_registered=_one_or_mixed(r.policy_registered for r in counted),
+        questions=len(rows),
+        answerable=len(qa),
+        unanswerable=len(qu),
+        unlabelled=len(rows) - len(qa) - len(qu),
+        failed=len(failed),
+        failed_jobs=[FailedJob(job_id=r.job_id, custom_id=r.custom_id, error=r.error) for r in failed],
+        status=StatusSplits[int](all=_status_counts(rows), answerable=_status_counts(qa),
+                                 unanswerable=_status_counts(qu)),
+        ungrounded_declarations=sum(r.status == "ungrounded" for r in rows),
+        ungrounded_declarations_unanswerable=sum(r.status == "ungrounded" for r in qu),
+        ungrounded_declarations_answerable=sum(r.status == "ungrounded" for r in qa),
+        grounded_unanswerable=sum(r.status == "grounded" for r in qu),
+        answerable_answered=sum(r.answered for r in qa),
+        answerable_grounded=sum(r.status == "grounded" for r in qa),
+        redirects=sum(r.redirects for r in rows),
+        violations=sum(r.violation for r in rows),
+        undeclared=sum(r.status == "missing" for r in rows),
+        invented=sum(bool(r.invented) for r in reviewed) if reviewed else None,
+        invented_checked=len(reviewed),
+        mean_n_requests=fmean(r.n_requests for r in rows) if rows else None,
+        redirect_requests=sum(r.redirects for r in rows),
+        refusal=refusal_scores(rows),
+        rows=rows,
+    )
 
 
 def load_reviews(path: Path) -> dict[str, bool]:
