@@ -149,3 +149,33 @@ def test_config_reads_yaml_and_its_digest_ignores_key_order() -> None:
 def test_an_empty_batch_is_refused() -> None:
     report = parse_batch(["", "  "], CONFIG)
     assert problems(report) == {CONFIG_LINE: "the batch has no jobs"}
+
+
+def test_the_unknown_keys_message_names_both_line_forms() -> None:
+    [error] = parse_batch([{"custom_id": "a", "questoin": "q"}], CONFIG).errors
+    assert error.problem.startswith("unknown keys ['questoin']; a line has custom_id, question or turns, and metadata")
+    assert "OpenAI-batch form" in error.problem and "body (with messages)" in error.problem
+
+
+def test_a_text_part_whose_text_is_not_a_string_is_one_line_error() -> None:
+    line = {"custom_id": "a", "body": {"messages": [{"role": "user", "content": [{"type": "text", "text": 5}]}]}}
+    [error] = parse_batch([line], CONFIG).errors
+    assert error.problem == "body.messages[0]: a text part's text is a string, got int"
+
+
+def test_lines_configs_and_capability_options_report_validation_errors_alike() -> None:
+    """One formatter: the path of the bad value as the producer wrote it, then pydantic's message;
+    our own messages say where they are themselves."""
+    def config_problem(config: dict) -> str:
+        return parse_batch([{"custom_id": "a", "question": "q"}], config).errors[0].problem
+
+    assert config_problem({"agent": {"model": "m"}, "run": {"retries": -1}}) == (
+        "run.retries: Input should be greater than or equal to 0")
+    assert config_problem({"agent": {"model": "m", "model_settings": 5}}) == (
+        "agent: agent.model_settings: Input should be a valid dictionary")
+    options = {"agent": {"model": "m", "capabilities": [{"PassageSearchCapability": {"corpus": "h", "max_searches": 99,
+                                                                                     "x": 1}}]}}
+    assert config_problem(options) == ("agent: PassageSearchCapability: max_searches: Input should be less than or "
+                                       "equal to 50; x: Extra inputs are not permitted")
+    [line] = parse_batch([{"custom_id": "a", "turns": ["q", ""]}], CONFIG).errors
+    assert line.problem == "turns[1] must be a non-empty string"

@@ -15,6 +15,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic_ai.agent.spec import CapabilitySpec
 
+from .problems import problem
+
 PASSAGES = "PassageSearchCapability"
 READER = "DocumentReaderCapability"
 POLICY = "CitationPolicyCapability"
@@ -119,10 +121,7 @@ def read_composition(capabilities: Any) -> Composition:
             try:
                 options = EVIDENCE_OPTIONS[spec.name].model_validate(kwargs)
             except ValidationError as exc:
-                problems = "; ".join(
-                    f"{'.'.join(str(p) for p in err['loc']) or 'options'}: {err['msg'].removeprefix('Value error, ')}"
-                    for err in exc.errors()
-                )
+                problems = "; ".join(problem(err, whole="options") for err in exc.errors())
                 raise CompositionError(f"{spec.name}: {problems}") from None
             except CompositionError as exc:
                 raise CompositionError(f"{spec.name}: {exc}") from None

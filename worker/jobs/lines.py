@@ -9,13 +9,15 @@ from __future__ import annotations
 import json
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic_core import ErrorDetails
 
 from capabilities import has_machine_tag
 
 from .models import JobConfig, JobSpec
+from .problems import problem, refused
 
 CONFIG_LINE = 0  # JobLineError.line_no for problems with the batch's config rather than a line
 MAX_TEXT = 32_000
@@ -46,110 +48,192 @@ class BatchReport:
         return not self.errors and self.config is not None and bool(self.jobs)
 
 
-def _first_error(exc: ValidationError) -> str:
-    err = exc.errors()[0]
-    loc = ".".join(str(p) for p in err["loc"])
-    msg = err["msg"].removeprefix("Value error, ")
-    return f"{loc}: {msg}" if loc else msg
-
-
-def _text(value: Any, what: str) -> str:
+def _user_text(value: Any) -> str:
+    """What a producer may send as a question: text of bounded length, with no machine tag in it."""
     if not isinstance(value, str) or not value.strip():
-        raise ValueError(f"{what} must be a non-empty string")
+        raise refused("{at} must be a non-empty string")
     if len(value) > MAX_TEXT:
-        raise ValueError(f"{what} is longer than {MAX_TEXT} characters")
+        raise refused(f"{{at}} is longer than {MAX_TEXT} characters")
     if has_machine_tag(value):
-        raise ValueError(f"{what} contains a machine tag ([cite-request ...] or [evidence-image ...]); only the "
-                         "worker writes those, so a producer's text may not carry one")
+        raise refused("{at} contains a machine tag ([cite-request ...] or [evidence-image ...]); only the "
+                      "worker writes those, so a producer's text may not carry one")
     return value
 
 
-def _message_text(n: int, message: Any) -> str:
+def _custom_id(value: Any) -> str:
+    if not isinstance(value, str) or not value.strip() or len(value) > 256:
+        raise refused("custom_id is required: a non-empty string of at most 256 characters")
+    return value
+
+
+def _an_object(value: Any) -> Any:
+    if not isinstance(value, dict):
+        raise refused("{at} must be an object")
+    return value
+
+
+def _turn_list(value: Any) -> Any:
+    if not isinstance(value, list) or not value:
+        raise refused("turns must be a non-empty list of strings")
+    if not all(isinstance(t, str) for t in value):
+        raise refused("turns are the user's questions, as strings; answers, tool calls and evidence state are "
+                      "never accepted as history (the worker keeps a conversation's history)")
+    return value
+
+
+UserText = Annotated[str, BeforeValidator(_user_text)]
+HISTORY_KEYS = ("history", "message_history")  # H1: refused with the reason, not as unknown keys
+
+
+class _Line(BaseModel):
+    """What every line carries. Unknown keys are refused, never ignored: a misspelt `question`
+    must not become a job that asks nothing."""
+
+    model_config = ConfigDict(extra="forbid")
+    UNKNOWN_KEYS: ClassVar[str]  # the message for keys the line does not have; {keys} lists them
+
+    custom_id: Annotated[str, BeforeValidator(_custom_id)] = Field(default=None, validate_default=True)
+    metadata: Annotated[dict[str, Any], BeforeValidator(_an_object)] = {}
+
+    def spec(self, line_no: int) -> JobSpec:
+        raise NotImplementedError
+
+
+class PlainLine(_Line):
+    """`{"custom_id", "question" | "turns", "metadata"}`: one question, or a conversation's user turns."""
+
+    UNKNOWN_KEYS = ("unknown keys {keys}; a line has custom_id, question or turns, and metadata, or, in the "
+                    "OpenAI-batch form, custom_id, body (with messages), method, url and metadata")
+
+    question: Annotated[str | None, BeforeValidator(_user_text)] = None
+    turns: Annotated[list[UserText] | None, BeforeValidator(_turn_list)] = None
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> PlainLine:
+        if ("question" in self.model_fields_set) == ("turns" in self.model_fields_set):
+            raise refused("a line has exactly one of `question` (one question) or `turns` (a conversation)")
+        return self
+
+    def spec(self, line_no: int) -> JobSpec:
+        if self.question is not None:
+            return JobSpec(line_no=line_no, custom_id=self.custom_id, kind="question", question=self.question,
+                           metadata=self.metadata)
+        return JobSpec(line_no=line_no, custom_id=self.custom_id, kind="conversation", turns=self.turns or [],
+                       metadata=self.metadata)
+
+
+class ChatMessage(BaseModel):
     """OpenAI-batch messages: user turns only. Instructions and tools come from the job config, and
     a question job carries no history (H1), so anything else is refused rather than ignored."""
-    if not isinstance(message, dict):
-        raise ValueError(f"body.messages[{n}] must be an object")
-    role = message.get("role")
-    if role == "tool" or message.get("tool_calls") or message.get("function_call"):
-        raise ValueError(f"body.messages[{n}]: tool calls and tool results are not accepted; the worker's "
-                         "capabilities are the only tools")
-    if role in ("system", "developer"):
-        raise ValueError(f"body.messages[{n}]: {role} messages are not accepted; instructions come from the "
-                         "job config (agent.instructions)")
-    if role == "assistant":
-        raise ValueError(f"body.messages[{n}]: assistant messages would be history, and a job carries none "
-                         "(H1); send only the user turns")
-    if role != "user":
-        raise ValueError(f"body.messages[{n}].role must be 'user', got {role!r}")
-    content = message.get("content")
-    if isinstance(content, list):
-        texts = []
-        for part in content:
-            if not isinstance(part, dict) or part.get("type") != "text":
-                kind = part.get("type") if isinstance(part, dict) else type(part).__name__
-                raise ValueError(f"body.messages[{n}]: only text content is accepted, got {kind!r}")
-            texts.append(part.get("text", ""))
-        content = "\n".join(texts)
-    return _text(content, f"body.messages[{n}].content")
+
+    role: Literal["user"]
+    content: UserText = Field(default=None, validate_default=True)  # a missing content is an empty question
+
+    @model_validator(mode="before")
+    @classmethod
+    def _user_turn(cls, message: Any) -> Any:
+        message = _an_object(message)
+        role = message.get("role")
+        if role == "tool" or message.get("tool_calls") or message.get("function_call"):
+            raise refused("{at}: tool calls and tool results are not accepted; the worker's capabilities are "
+                          "the only tools")
+        if role in ("system", "developer"):
+            raise refused(f"{{at}}: {role} messages are not accepted; instructions come from the job config "
+                          "(agent.instructions)")
+        if role == "assistant":
+            raise refused("{at}: assistant messages would be history, and a job carries none (H1); send only "
+                          "the user turns")
+        if role != "user":
+            raise refused(f"{{at}}.role must be 'user', got {role!r}")
+        content = message.get("content")
+        if isinstance(content, list):
+            return {**message, "content": "\n".join(_text_part(part) for part in content)}
+        return message
 
 
-_OPENAI_LINE_KEYS = {"custom_id", "method", "url", "body", "metadata"}
-_PLAIN_LINE_KEYS = {"custom_id", "question", "turns", "metadata"}
+def _text_part(part: Any) -> str:
+    if not isinstance(part, dict) or part.get("type") != "text":
+        kind = part.get("type") if isinstance(part, dict) else type(part).__name__
+        raise refused(f"{{at}}: only text content is accepted, got {kind!r}")
+    text = part.get("text", "")
+    if not isinstance(text, str):
+        raise refused(f"{{at}}: a text part's text is a string, got {type(text).__name__}")
+    return text
+
+
+def _listed_messages(body: Any) -> Any:
+    if not isinstance(body, dict) or not isinstance(body.get("messages"), list) or not body["messages"]:
+        raise refused("body.messages must be a non-empty list")
+    return body
+
+
+class ChatBody(BaseModel):
+    """A chat-completions request body, as far as a job takes it: the messages, and the model asked
+    for (kept in metadata; the job config chooses the model)."""
+
+    model_config = ConfigDict(extra="forbid")
+    UNKNOWN_KEYS: ClassVar[str] = "body keys {keys} are not accepted: sampling and tools come from the job config"
+
+    messages: list[ChatMessage]
+    model: Any = None
+
+
+class BatchLine(_Line):
+    """An OpenAI batch-API line: `{"custom_id", "method", "url", "body": {"messages", "model"}, "metadata"}`."""
+
+    UNKNOWN_KEYS = "unknown keys {keys} in an OpenAI-batch line"
+
+    method: Any = "POST"
+    url: Any = None
+    body: Annotated[ChatBody, BeforeValidator(_listed_messages)]
+
+    @field_validator("method")
+    @classmethod
+    def _post(cls, method: Any) -> Any:
+        if method != "POST":
+            raise refused(f"method must be POST, got {method!r}")
+        return method
+
+    def spec(self, line_no: int) -> JobSpec:
+        texts = [m.content for m in self.body.messages]
+        metadata = self.metadata
+        if "model" in self.body.model_fields_set:
+            metadata = {**metadata, "requested_model": self.body.model}
+        if len(texts) == 1:
+            return JobSpec(line_no=line_no, custom_id=self.custom_id, kind="question", question=texts[0],
+                           metadata=metadata)
+        return JobSpec(line_no=line_no, custom_id=self.custom_id, kind="conversation", turns=texts,
+                       metadata=metadata)
 
 
 def parse_line(line_no: int, data: Any) -> JobSpec:
     """One line in any accepted shape; raises JobLineError naming the line and the problem."""
+    if not isinstance(data, dict):
+        raise JobLineError(line_no, f"a line is a JSON object, got {type(data).__name__}")
+    line: type[_Line] = BatchLine if "body" in data else PlainLine
     try:
-        if not isinstance(data, dict):
-            raise ValueError(f"a line is a JSON object, got {type(data).__name__}")
-        custom_id = data.get("custom_id")
-        if not isinstance(custom_id, str) or not custom_id.strip() or len(custom_id) > 256:
-            raise ValueError("custom_id is required: a non-empty string of at most 256 characters")
-        metadata = data.get("metadata", {})
-        if not isinstance(metadata, dict):
-            raise ValueError("metadata must be an object")
-        if "history" in data or "message_history" in data:
-            raise ValueError("a question job carries no history (H1): send the turns as a conversation")
-        if "body" in data:
-            unknown = sorted(set(data) - _OPENAI_LINE_KEYS)
-            if unknown:
-                raise ValueError(f"unknown keys {unknown} in an OpenAI-batch line")
-            if data.get("method", "POST") != "POST":
-                raise ValueError(f"method must be POST, got {data.get('method')!r}")
-            body = data["body"]
-            if not isinstance(body, dict) or not isinstance(body.get("messages"), list) or not body["messages"]:
-                raise ValueError("body.messages must be a non-empty list")
-            extra = sorted(set(body) - {"messages", "model"})
-            if extra:
-                raise ValueError(f"body keys {extra} are not accepted: sampling and tools come from the job config")
-            texts = [_message_text(n, m) for n, m in enumerate(body["messages"])]
-            if "model" in body:
-                metadata = {**metadata, "requested_model": body["model"]}
-            if len(texts) == 1:
-                return JobSpec(line_no=line_no, custom_id=custom_id, kind="question", question=texts[0],
-                               metadata=metadata)
-            return JobSpec(line_no=line_no, custom_id=custom_id, kind="conversation", turns=texts,
-                           metadata=metadata)
-        unknown = sorted(set(data) - _PLAIN_LINE_KEYS)
-        if unknown:
-            raise ValueError(f"unknown keys {unknown}; a line has custom_id, question or turns, and metadata")
-        if ("question" in data) == ("turns" in data):
-            raise ValueError("a line has exactly one of `question` (one question) or `turns` (a conversation)")
-        if "question" in data:
-            return JobSpec(line_no=line_no, custom_id=custom_id, kind="question",
-                           question=_text(data["question"], "question"), metadata=metadata)
-        turns = data["turns"]
-        if not isinstance(turns, list) or not turns:
-            raise ValueError("turns must be a non-empty list of strings")
-        if not all(isinstance(t, str) for t in turns):
-            raise ValueError("turns are the user's questions, as strings; answers, tool calls and evidence "
-                             "state are never accepted as history (the worker keeps a conversation's history)")
-        return JobSpec(line_no=line_no, custom_id=custom_id, kind="conversation",
-                       turns=[_text(t, f"turns[{i}]") for i, t in enumerate(turns)], metadata=metadata)
+        return line.model_validate(data).spec(line_no)
     except ValidationError as exc:
-        raise JobLineError(line_no, _first_error(exc)) from None
-    except ValueError as exc:
-        raise JobLineError(line_no, str(exc)) from None
+        raise JobLineError(line_no, _line_problem(exc, line)) from None
+
+
+def _line_problem(exc: ValidationError, line: type[_Line]) -> str:
+    """The first problem, in the order a producer would fix them: the line's identity (custom_id,
+    metadata), then keys it should not have, then its contents. Unknown keys are named together."""
+    def order(error: ErrorDetails) -> tuple[bool, bool, int]:
+        extra = error["type"] == "extra_forbidden"
+        return error["loc"][:1] not in (("custom_id",), ("metadata",)), not extra, len(error["loc"]) if extra else 0
+
+    errors = sorted(exc.errors(), key=order)
+    first = errors[0]
+    if first["type"] != "extra_forbidden":
+        return problem(first)
+    parent = first["loc"][:-1]
+    keys = sorted(str(e["loc"][-1]) for e in errors if e["type"] == "extra_forbidden" and e["loc"][:-1] == parent)
+    if not parent and any(key in HISTORY_KEYS for key in keys):
+        return "a question job carries no history (H1): send the turns as a conversation"
+    owner = ChatBody if parent == ("body",) else line
+    return owner.UNKNOWN_KEYS.format(keys=keys)
 
 
 def _decode(raw: str | bytes | Mapping[str, Any]) -> Any:
@@ -176,7 +260,7 @@ def parse_batch(
         else:
             report.config = JobConfig.model_validate(config)
     except ValidationError as exc:
-        report.errors.append(JobLineError(CONFIG_LINE, _first_error(exc)))
+        report.errors.append(JobLineError(CONFIG_LINE, problem(exc.errors()[0])))
     except ValueError as exc:
         report.errors.append(JobLineError(CONFIG_LINE, str(exc)))
     if report.config is not None and corpora is not None:

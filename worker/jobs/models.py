@@ -18,6 +18,7 @@ from pydantic_ai.agent.spec import AgentSpec
 from worker.settings import Settings
 
 from .composition import Composition, CompositionError, read_composition
+from .problems import problem
 
 JobKind = Literal["question", "conversation", "follow_up"]
 
@@ -83,8 +84,7 @@ class JobConfig(BaseModel):
         try:
             AgentSpec.model_validate(agent)
         except ValidationError as exc:
-            err = exc.errors()[0]
-            raise ValueError(f"agent.{'.'.join(str(p) for p in err['loc'])}: {err['msg']}") from None
+            raise ValueError(problem(exc.errors()[0], prefix="agent")) from None
         try:
             read_composition(agent.get("capabilities"))
         except CompositionError as exc:
