@@ -1,7 +1,9 @@
 """Lines into jobs: the one function that validates a batch, for every producer.
 
 `parse_batch` is the boundary: the API and the CLI both call it, every line is checked before
-anything is stored, and a rejected batch is reported line by line with nothing enqueued.
+anything is stored, and a rejected batch is reported line by line with nothing enqueued. A line is
+one of two pydantic models, `PlainLine` (question or turns) or `BatchLine` (OpenAI batch, with
+body.messages); both forbid keys they do not declare, and their validators say what was refused.
 """
 
 from __future__ import annotations
