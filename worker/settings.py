@@ -71,6 +71,10 @@ class Settings(BaseSettings):
     max_batch_lines: int = Field(default=100_000, ge=1)
     max_request_bytes: int = Field(default=64 * 1024 * 1024, ge=1024)  # the API refuses larger bodies (413)
     compress_over_bytes: int = Field(default=16_384, ge=0)  # results larger than this are stored compressed
+    # name -> job config file (YAML/JSON) the operator serves to callers that cannot send a config:
+    # MCP tools, OpenAI Batch lines (`body.model` names one), `grounded chat` (I1, worker.jobs.served)
+    configs: Annotated[dict[str, Path], NoDecode] = Field(default_factory=dict)
+    default_config: str | None = None  # the name used when a caller names none; unset: the only one served
 
     @field_validator("tag_keys", mode="before")
     @classmethod
@@ -88,6 +92,11 @@ class Settings(BaseSettings):
     @classmethod
     def _tokens(cls, value: Any) -> Any:
         return _pairs(value, "GROUNDED_API_TOKENS", "token=tenant")
+
+    @field_validator("configs", mode="before")
+    @classmethod
+    def _configs(cls, value: Any) -> Any:
+        return _pairs(value, "GROUNDED_CONFIGS", "name=path")
 
     @field_validator("endpoint_key_bindings", mode="before")
     @classmethod

@@ -43,7 +43,7 @@ def test_H10_turn_fields_from_state_and_messages() -> None:
     state = {
         "passages": {
             "citation_index": {"c-1": {"chunk_id": "c-1", "document_id": "d-1", "document_uri": "doc://1",
-                                       "document_title": "One", "content": "Opens at 19:00."}},
+                                       "document_title": "One", "content": "Opens at 19:00.", "page_numbers": [2]}},
             "evidence": {"question": 0, "in_progress": False, "latest_evidence_epoch": 1,
                          "declaration": {"question": 0, "epoch": 3,
                                          "refs": [{"capability": "passages", "chunk_id": "c-1"}]},
@@ -63,7 +63,8 @@ def test_H10_turn_fields_from_state_and_messages() -> None:
                           usage=Usage(input_tokens=5, output_tokens=2), wire=[new[:1], new[:3]])
     assert (turn.question_identity, turn.citation_status, turn.violation, turn.redirects) == (0, "grounded", False, 0)
     assert turn.declared_refs == [{"capability": "passages", "chunk_id": "c-1"}]
-    assert turn.cited[0].model_dump() == {"capability": "passages", "chunk_id": "c-1", "document_uri": "doc://1",
-                                          "document_title": "One", "content": "Opens at 19:00.",
+    assert turn.cited[0].model_dump() == {"capability": "passages", "chunk_id": "c-1", "document_id": "d-1",
+                                          "document_uri": "doc://1", "document_title": "One",
+                                          "content": "Opens at 19:00.", "page_numbers": [2],
                                           "retrieved_this_question": True}
     assert (turn.n_requests, turn.failed_tool_returns, len(turn.wire)) == (2, 1, 2)

@@ -156,9 +156,11 @@ class Batch(BaseModel):
 class CitedChunk(BaseModel):
     capability: str
     chunk_id: str
+    document_id: str | None = None
     document_uri: str | None = None
     document_title: str | None = None
     content: str = ""
+    page_numbers: list[int] = Field(default_factory=list)  # where the chunk sits, for citations a reader can follow
     retrieved_this_question: bool = False
 
 

@@ -57,9 +57,11 @@ def _cited(
     return CitedChunk(
         capability=namespace,
         chunk_id=chunk_id,
+        document_id=citation.get("document_id"),
         document_uri=citation.get("document_uri"),
         document_title=citation.get("document_title"),
         content=citation.get("content", ""),
+        page_numbers=list(citation.get("page_numbers") or []),
         retrieved_this_question=occurrence is not None and q in occurrence.retrieved_in_questions,
     )
 
