@@ -16,6 +16,7 @@ from worker.jobs.allowlist import ModelUnavailable, check_model_allowed
 from worker.jobs.composition import known_corpora
 from worker.jobs.lines import CONFIG_LINE, BatchReport, JobLineError, parse_batch
 from worker.jobs.models import Batch, Job, JobConfig
+from worker.jobs.served import BrokenConfig, config_name, read_config
 from worker.settings import Settings
 from worker.store.conversations import (
     CompositionMismatch,
@@ -28,6 +29,14 @@ from worker.store.keys import QUEUE
 from worker.store.results import ResultsStore
 from worker.tasks.celery_app import ANSWER_JOB, create_app
 from worker.tasks.events import task_labels
+
+class NotFound(LookupError):
+    """Absent or another tenant's: the two read the same, so a token cannot learn what other tenants
+    hold. Every interface reports it with this message (the API as a 404)."""
+
+    def __init__(self, kind: str, object_id: str) -> None:
+        super().__init__(f"{kind} {object_id!r} not found")
+        self.kind, self.object_id = kind, object_id
 
 
 class Producer:
@@ -43,6 +52,21 @@ class Producer:
         """What this producer can see of the workers' corpora; None when it has no corpora folder
         (an API on another machine), leaving the unknown-corpus check to the workers."""
         return known_corpora(self.settings.corpora_dir) if self.settings.corpora_dir.is_dir() else None
+
+    def served_config(self, name: str | None = None) -> tuple[str, JobConfig]:
+        """I1: the registered config a caller that cannot send one means, by name (or the default).
+        Raises UnknownConfig naming the served ones, or BrokenConfig for an unreadable file."""
+        chosen = config_name(self.settings.configs, name, self.settings.default_config)
+        return chosen, read_config(chosen, self.settings.configs[chosen])
+
+    def check_served_configs(self) -> None:
+        """Every registered config reads, and the default names one: checked when a server starts."""
+        default = self.settings.default_config
+        if default is not None and default not in self.settings.configs:
+            served = ", ".join(sorted(self.settings.configs)) or "none"
+            raise BrokenConfig(f"GROUNDED_DEFAULT_CONFIG {default!r} is not in GROUNDED_CONFIGS (served: {served})")
+        for name, path in self.settings.configs.items():
+            read_config(name, path)
 
     def validate(
         self, lines: Iterable[str | bytes | Mapping[str, Any]], config: JobConfig | Mapping[str, Any] | str
@@ -112,6 +136,12 @@ class Producer:
         self.conversations.add_job(conversation_id, job.id)
         self._enqueue([job])
         return job
+
+    def owned_batch(self, batch_id: str, tenant: str) -> Batch:
+        batch = self.store.load_batch(batch_id)
+        if batch is None or batch.tenant != tenant:
+            raise NotFound("batch", batch_id)
+        return batch
 
     def cancel(self, batch_id: str) -> None:
         self.store.request_cancel(batch_id)

@@ -55,26 +55,39 @@ class Deployment:
     batch_id: str
     job_id: str
     conversation_id: str
+    file_id: str
 
     def path(self, template: str) -> str:
-        return template.format(batch_id=self.batch_id, job_id=self.job_id, conversation_id=self.conversation_id)
+        return template.format(batch_id=self.batch_id, job_id=self.job_id, conversation_id=self.conversation_id,
+                               file_id=self.file_id)
+
+
+def openai_line(custom_id: str, *questions: str) -> str:
+    return json.dumps({"custom_id": custom_id, "method": "POST", "url": "/v1/chat/completions",
+                       "body": {"messages": [{"role": "user", "content": q} for q in questions]}})
 
 
 @pytest.fixture(scope="module")
 def deployment(redis_server: RedisServer, rel_data_dir: Path, tmp_path_factory: pytest.TempPathFactory
                ) -> Iterator[Deployment]:
+    """acme's batch goes in through the OpenAI Batch routes, so it is a batch under both prefixes, and
+    its input file is an id for the file routes."""
     space = new_space(redis_server)
     worker = launch_worker(worker_env(space, rel_data_dir), tmp_path_factory.mktemp("api-logs"), concurrency=2)
+    config = tmp_path_factory.mktemp("configs") / "qa.yaml"
+    config.write_text(json.dumps(question_config(PASSAGES, POLICY)))
     api_settings = settings_for(space, rel_data_dir, api_tokens=TOKENS, max_request_bytes=MAX_REQUEST_BYTES,
-                                max_batch_lines=MAX_LINES)
+                                max_batch_lines=MAX_LINES, configs={"qa": config})
     try:
         with serve(create_api(api_settings)) as url, GroundedClient(url, "tok-acme") as acme:
-            lines = [{"custom_id": "q", "question": QUESTION},
-                     {"custom_id": "c", "turns": [QUESTION, "How large is the reflector mirror?"]}]
-            batch = acme.submit(lines, question_config(PASSAGES, POLICY))
+            text = openai_line("q", QUESTION) + "\n" + openai_line("c", QUESTION, "How large is the reflector mirror?")
+            uploaded = acme.http.post("/openai/v1/files", files={"file": ("in.jsonl", text.encode())},
+                                      data={"purpose": "batch"}).json()
+            batch = acme.http.post("/openai/v1/batches", json={
+                "input_file_id": uploaded["id"], "endpoint": "/v1/chat/completions", "completion_window": "24h"}).json()
             assert acme.wait(batch["id"], timeout=60)["counts"]["succeeded"] == 2
             results = {r["custom_id"]: r for r in acme.results(batch["id"])}
-            yield Deployment(url, batch["id"], results["q"]["job_id"], results["c"]["conversation_id"])
+            yield Deployment(url, batch["id"], results["q"]["job_id"], results["c"]["conversation_id"], uploaded["id"])
     finally:
         worker.stop()
         space.clean()
@@ -183,7 +196,7 @@ def fuzz(operation: Any, deployment: Deployment, seen: list[int]) -> None:
     @settings(max_examples=FUZZ_EXAMPLES, deadline=None, phases=[Phase.explicit, Phase.generate],
               suppress_health_check=list(HealthCheck), database=None, derandomize=bool(os.environ.get("CI")))
     def run(case: Any) -> None:
-        for name in ("batch_id", "job_id", "conversation_id"):  # half the cases aim at acme's real ids
+        for name in ("batch_id", "job_id", "conversation_id", "file_id"):  # half the cases aim at acme's real ids
             value = (case.path_parameters or {}).get(name)
             if isinstance(value, str) and len(value) % 2 == 0:
                 case.path_parameters[name] = getattr(deployment, name)

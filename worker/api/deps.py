@@ -14,8 +14,9 @@ from typing import Annotated
 from fastapi import Depends, HTTPException, Request, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
+from worker.interfaces.openai_batch import OpenAIBatches
 from worker.jobs.models import Batch
-from worker.producer import Producer
+from worker.producer import NotFound, Producer
 
 bearer = HTTPBearer(auto_error=False)
 
@@ -29,17 +30,24 @@ def producer(request: Request) -> Producer:
     return request.app.state.producer
 
 
+TOKEN_REQUIRED = "a valid bearer token is required"
+
+
+def caller_for(tokens: dict[str, str], presented: str) -> Caller | None:
+    """The tenant a bearer token stands for; every route and mounted app authenticates through here."""
+    for token, tenant in tokens.items():
+        if hmac.compare_digest(presented.encode(), token.encode()):
+            return Caller(tenant=tenant)
+    return None
+
+
 def current_caller(
     request: Request, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]
 ) -> Caller:
-    tokens: dict[str, str] = request.app.state.settings.api_tokens
-    if credentials is not None:
-        presented = credentials.credentials.encode()
-        for token, tenant in tokens.items():
-            if hmac.compare_digest(presented, token.encode()):
-                return Caller(tenant=tenant)
-    raise HTTPException(status.HTTP_401_UNAUTHORIZED, "a valid bearer token is required",
-                        headers={"WWW-Authenticate": "Bearer"})
+    caller = caller_for(request.app.state.settings.api_tokens, credentials.credentials) if credentials else None
+    if caller is None:
+        raise HTTPException(status.HTTP_401_UNAUTHORIZED, TOKEN_REQUIRED, headers={"WWW-Authenticate": "Bearer"})
+    return caller
 
 
 ProducerDep = Annotated[Producer, Depends(producer)]
@@ -47,10 +55,17 @@ CallerDep = Annotated[Caller, Depends(current_caller)]
 
 
 def owned_batch(batch_id: str, producer: ProducerDep, caller: CallerDep) -> Batch:
-    batch = producer.store.load_batch(batch_id)
-    if batch is None or batch.tenant != caller.tenant:
-        raise HTTPException(status.HTTP_404_NOT_FOUND, f"batch {batch_id!r} not found")
-    return batch
+    try:
+        return producer.owned_batch(batch_id, caller.tenant)
+    except NotFound as exc:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, str(exc)) from None
 
 
 OwnedBatch = Annotated[Batch, Depends(owned_batch)]
+
+
+def openai_batches(request: Request) -> OpenAIBatches:
+    return request.app.state.openai_batches
+
+
+OpenAIDep = Annotated[OpenAIBatches, Depends(openai_batches)]

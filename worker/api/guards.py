@@ -12,7 +12,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from worker.store.outages import REDIS_UNAVAILABLE
+from worker.store.outages import REDIS_UNAVAILABLE, unavailable
 
 RETRY_AFTER_S = 5
 
@@ -75,7 +75,7 @@ class BodyLimit:
 
 async def redis_unavailable(request: Request, exc: Exception) -> JSONResponse:
     return JSONResponse(
-        {"detail": f"the queue and results store (Redis) is unavailable: {type(exc).__name__}; retry later"},
+        {"detail": unavailable(exc)},
         status_code=503,
         headers={"Retry-After": str(RETRY_AFTER_S)},
     )

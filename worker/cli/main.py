@@ -18,6 +18,7 @@ from rich.table import Table
 from worker.settings import get_settings
 
 from .experiment import register as register_experiment
+from .mcp import register as register_mcp
 
 if TYPE_CHECKING:
     from worker.producer import Producer
@@ -262,6 +263,7 @@ def demo(
 
 
 register_experiment(cli)
+register_mcp(cli)
 
 
 def main() -> None:

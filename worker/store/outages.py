@@ -5,3 +5,8 @@ import redis
 from kombu.exceptions import OperationalError
 
 REDIS_UNAVAILABLE: tuple[type[Exception], ...] = (redis.ConnectionError, redis.TimeoutError, OperationalError)
+
+
+def unavailable(exc: Exception) -> str:
+    """What every interface says during an outage: the caller may retry, and nothing was lost."""
+    return f"the queue and results store (Redis) is unavailable: {type(exc).__name__}; retry later"

@@ -140,7 +140,9 @@ class ResultsStore:
     # --- blobs ------------------------------------------------------------------------------------
 
     def _pack(self, text: str) -> bytes:
-        data = text.encode()
+        return self._pack_bytes(text.encode())
+
+    def _pack_bytes(self, data: bytes) -> bytes:
         if self.compress_over and len(data) > self.compress_over:
             return _COMPRESSED + zlib.compress(data, 6)
         return data
@@ -271,6 +273,11 @@ class ResultsStore:
             raise BatchNotFound(batch_id)
         return progress
 
+    def finished_at(self, batch_id: str) -> datetime | None:
+        """When the batch's last job finished (set once, by the job that finished it)."""
+        raw = self.redis.get(self.key(BATCH_FINISHED_KEY, batch_id=batch_id))
+        return datetime.fromisoformat(raw.decode()) if raw is not None else None
+
     def job_ids(self, batch_id: str) -> list[str]:
         return [j.decode() for j in self.redis.lrange(self.key(BATCH_JOBS_KEY, batch_id=batch_id), 0, -1)]
 
@@ -306,6 +313,18 @@ class ResultsStore:
             for data in self.redis.mget(keys):
                 if data is not None:
                     yield self._unpack(data)
+
+    def iter_jobs_with_results(self, batch_id: str, *, chunk: int = 200) -> Iterator[tuple[Job, JobResult | None]]:
+        """Every job in submission order with its result, or None for one not finished (or cancelled)."""
+        ids = self.job_ids(batch_id)
+        for start in range(0, len(ids), chunk):
+            part = ids[start : start + chunk]
+            jobs = self.redis.mget([self.key(JOB_KEY, job_id=j) for j in part])
+            results = self.redis.mget([self.key(RESULT_KEY, job_id=j) for j in part])
+            for job, result in zip(jobs, results, strict=True):
+                if job is not None:
+                    yield (Job.model_validate_json(job),
+                           JobResult.model_validate_json(self._unpack(result)) if result is not None else None)
 
     def iter_results(self, batch_id: str) -> Iterator[JobResult]:
         for raw in self.iter_results_raw(batch_id):
