@@ -17,6 +17,7 @@ from rich.table import Table
 
 from worker.settings import get_settings
 
+from .chat import register as register_chat
 from .experiment import register as register_experiment
 from .mcp import register as register_mcp
 
@@ -264,6 +265,7 @@ def demo(
 
 register_experiment(cli)
 register_mcp(cli)
+register_chat(cli)
 
 
 def main() -> None:
