@@ -11,7 +11,7 @@ from openai.types import Batch
 from openai.types.chat import ChatCompletion
 from openai.types.responses import Response
 
-from worker.interfaces.openai_batch import (
+from worker.interfaces.openai_format import (
     CHAT,
     RESPONSES,
     adapt_lines,

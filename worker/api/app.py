@@ -7,7 +7,8 @@ from collections.abc import AsyncIterator
 
 from fastapi import Depends, FastAPI
 
-from worker.interfaces.openai_batch import OpenAIBatches, OpenAIRequestError
+from worker.interfaces.openai_batch import OpenAIBatches
+from worker.interfaces.openai_format import OpenAIRequestError
 from worker.jobs.served import BrokenConfig
 from worker.producer import Producer
 from worker.settings import Settings, get_settings

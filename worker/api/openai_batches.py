@@ -14,7 +14,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict
 from starlette.requests import Request
 
-from worker.interfaces.openai_batch import OpenAIRequestError
+from worker.interfaces.openai_format import OpenAIRequestError
 
 from .deps import CallerDep, OpenAIDep
 from .openai_files import PREFIX

@@ -14,7 +14,7 @@ from fastapi.responses import StreamingResponse
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import UploadFile
 
-from worker.interfaces.openai_batch import OpenAIRequestError, file_object
+from worker.interfaces.openai_format import OpenAIRequestError, file_object
 
 from .deps import CallerDep, OpenAIDep
 

@@ -21,13 +21,14 @@ if TYPE_CHECKING:
 
 HELP = ("Ask a question and press Enter. /new starts a new conversation, /resume ID continues one, "
         "/id shows the current one, /quit (or Ctrl-D) leaves.")
+PROMPT = "you> "  # plain, so scripts driving the chat (expect, pexpect) can wait for it
 STATUS_STYLE = {"grounded": "green", "ungrounded": "yellow", "missing": "red"}
 
 
 def show_turn(console: Console, turn: TurnResult) -> None:
     from worker.interfaces.grounding import answer_text, citation_view
 
-    console.print(escape(answer_text(turn.answer)))
+    console.print(escape(answer_text(turn.answer)), highlight=False)
     status = turn.citation_status
     extra = f", {turn.redirects} redirect{'s' if turn.redirects != 1 else ''}" if turn.redirects else ""
     extra += ", policy violation" if turn.violation else ""
@@ -73,7 +74,7 @@ def _command(console: Console, session: ChatSession, line: str) -> bool:
     elif name == "/id":
         console.print(f"conversation {session.conversation_id or '(none yet: your next question starts one)'}")
     else:
-        console.print(HELP)
+        console.print(HELP, highlight=False)
     return True
 
 
@@ -91,7 +92,7 @@ def _ask(console: Console, session: ChatSession, question: str, timeout: float) 
         console.print(f"[red]{escape(str(exc))}[/]")
         return
     if starting:
-        console.print(f"[dim]conversation {session.conversation_id} (/resume it later)[/]")
+        console.print(f"[dim]conversation {session.conversation_id} (/resume it later)[/]", highlight=False)
     try:
         result = session.wait(job, timeout_s=timeout)
     except KeyboardInterrupt:
@@ -129,7 +130,7 @@ def register(cli: typer.Typer) -> None:
             console.print(f"[red]{escape(str(exc))}[/]\ngive a job config with --config FILE")
             raise typer.Exit(2) from None
         session = ChatSession(producer, tenant=tenant or settings.cli_tenant, config=job_config)
-        console.print(f"grounded chat. {HELP}")
+        console.print(f"grounded chat. {HELP}", highlight=False)
         if conversation is not None:
             from worker.producer import NotFound
 
@@ -141,7 +142,7 @@ def register(cli: typer.Typer) -> None:
             _command(console, session, f"/resume {conversation}")
         while True:
             try:
-                line = console.input("[bold]you>[/] ").strip()
+                line = console.input(PROMPT).strip()
             except (EOFError, KeyboardInterrupt):
                 console.print()
                 return
