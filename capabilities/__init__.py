@@ -33,6 +33,7 @@ from .ledger import (
 from .passages import PassageSearchCapability, PassagesState, create_passages
 from .policy import POLICY_NAMESPACE, CitationPolicyCapability, CitationPolicyState, create_policy, redirects_delivered
 from .reader import DocumentReaderCapability, ReaderState, create_reader
+from .store import RetrievedChunk
 from .tags import TagSigner, has_machine_tag
 
 __all__ = [
@@ -72,5 +73,6 @@ __all__ = [
     "ReaderState",
     "redirects_delivered",
     "RetainedPicture",
+    "RetrievedChunk",
     "TagSigner",
 ]

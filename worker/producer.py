@@ -30,6 +30,7 @@ from worker.store.results import ResultsStore
 from worker.tasks.celery_app import ANSWER_JOB, create_app
 from worker.tasks.events import task_labels
 
+
 class NotFound(LookupError):
     """Absent or another tenant's: the two read the same, so a token cannot learn what other tenants
     hold. Every interface reports it with this message (the API as a 404)."""

@@ -11,8 +11,8 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
+from capabilities import RetrievedChunk
 from capabilities.corpus import SQLiteCorpus
-from capabilities.store import RetrievedChunk
 from worker.jobs.composition import CompositionError, corpus_path, known_corpora
 
 MAX_HITS = 50
