@@ -29,11 +29,16 @@ TOOLS = {"ask", "search", "submit_batch", "batch_status", "batch_results"}
 CONFIG = question_config(PASSAGES, POLICY)
 
 
+MAX_BYTES = 64 * 1024
+
+
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    path = tmp_path_factory.mktemp("configs") / "handbook.yaml"
-    path.write_text(yaml.safe_dump(CONFIG))
-    return {"handbook-qa": path}
+    root = tmp_path_factory.mktemp("configs")
+    paths = {"handbook-qa": root / "handbook.yaml", "not-allowed": root / "gpt.yaml"}
+    paths["handbook-qa"].write_text(yaml.safe_dump(CONFIG))
+    paths["not-allowed"].write_text(yaml.safe_dump(question_config(PASSAGES, model="openai:gpt-4.1")))
+    return paths
 
 
 @asynccontextmanager
@@ -42,7 +47,8 @@ async def stdio_session(cluster: Cluster, data_dir: Path, served: dict[str, Path
     env = {k: v for k, v in os.environ.items() if not k.startswith("GROUNDED_")}
     env.update(GROUNDED_REDIS_URL=cluster.space.url, GROUNDED_KEY_PREFIX=cluster.space.prefix,
                GROUNDED_DATA_DIR=str(data_dir), GROUNDED_TAG_KEYS=TEST_TAG_KEY, GROUNDED_CLI_TENANT=tenant,
-               GROUNDED_CONFIGS=",".join(f"{name}={path}" for name, path in served.items()))
+               GROUNDED_CONFIGS=",".join(f"{name}={path}" for name, path in served.items()),
+               GROUNDED_DEFAULT_CONFIG="handbook-qa")
     params = StdioServerParameters(command=sys.executable, args=["-m", "worker.cli", "mcp"], env=env, cwd=str(REPO))
     async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
         await session.initialize()
@@ -51,7 +57,8 @@ async def stdio_session(cluster: Cluster, data_dir: Path, served: dict[str, Path
 
 @pytest.fixture(scope="module")
 def api_url(cluster: Cluster, data_dir: Path, served: dict[str, Path]) -> Iterator[str]:
-    settings = settings_for(cluster.space, data_dir, api_tokens=TOKENS, configs=served)
+    settings = settings_for(cluster.space, data_dir, api_tokens=TOKENS, configs=served, default_config="handbook-qa",
+                            model_allowlist=["extractive"], max_request_bytes=MAX_BYTES)
     with serve(create_api(settings, producer=Producer(settings, store=cluster.store, app=cluster.producer.app))) as url:
         yield url
 
@@ -134,6 +141,8 @@ async def test_I5_I7_http_tools_act_as_the_tokens_tenant_and_fail_as_the_api_doe
             native.submit(bad_lines, CONFIG)
         assert rejected.data == {"status": 422, "detail": native_rejected.value.errors}
         assert "line 2: not valid JSON" in rejected.message and "nothing was enqueued" in rejected.message
+        disallowed = await refusal(acme, "ask", question="q", config="not-allowed")
+        assert disallowed.message == "config: model 'openai:gpt-4.1' is not allowed on this worker; allowed: extractive"
 
     async with http_session(api_url, "tok-globex") as globex:
         hidden = await refusal(globex, "batch_results", batch_id=answer["batch_id"])
@@ -144,3 +153,5 @@ async def test_I5_I7_http_tools_act_as_the_tokens_tenant_and_fail_as_the_api_doe
     no_token = httpx2.post(f"{api_url}/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
     wrong = httpx2.post(f"{api_url}/mcp", json={}, headers={"Authorization": "Bearer tok-wrong"})
     assert no_token.status_code == wrong.status_code == 401 and no_token.headers["www-authenticate"] == "Bearer"
+    too_large = httpx2.post(f"{api_url}/mcp", headers={"Authorization": "Bearer tok-acme"}, content=b"x" * (MAX_BYTES + 1))
+    assert too_large.status_code == 413
