@@ -2,8 +2,9 @@
 
 A question job is one turn with no history. A conversation is the same loop over its turns,
 carrying one `deps.state` dict and one message history from turn to turn (H11); `commit` is where a
-stored conversation checkpoints them (compare-and-set, conversation_jobs.py), so a redelivered job
-resumes at the next turn. A turn that fails commits nothing.
+stored conversation checkpoints them (a compare-and-set: runtime/conversations.py builds it over
+store/conversations.py), so a redelivered job resumes at the next turn. A turn that fails commits
+nothing.
 """
 
 from __future__ import annotations
