@@ -2,8 +2,9 @@
 
 Nothing in this package knows about jobs, queues or Redis, so any host (the Celery worker, a
 chat app, a notebook) can register the same capabilities. The names below are the stable
-surface: what a host registers, plus what a host reads back from results (the ledger's status and
-declared refs, the policy's namespace and redirect count, the tool output's markers).
+surface (docs/design/rules/README.md, "Public surface of capabilities"): what a host registers,
+plus what a host reads back from results (the ledger's status and declared refs, the policy's
+namespace and redirect count, the tool output's markers).
 """
 
 from .base import EvidenceCapability, EvidenceState

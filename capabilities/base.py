@@ -100,10 +100,11 @@ def run_tool(method: Callable[..., Any], *, name: str, description: str | None =
 
 
 class EvidenceState(BaseModel):
-    """One evidence capability's state under `deps.state[namespace]` (§3.3).
+    """One evidence capability's state under `deps.state[namespace]` (docs/design/rules/README.md,
+    "Persisted state").
 
     Field names and nesting are a compatibility surface: add fields only with defaults, never
-    rename them. Unknown keys are ignored on load and picture bytes are never dumped (§3.4).
+    rename them. Unknown keys are ignored on load and picture bytes are never dumped.
     """
 
     citation_index: dict[str, Citation] = Field(default_factory=dict)
@@ -179,7 +180,7 @@ class EvidenceCapability(AbstractCapability[Any], ABC):
     def tool_guidance(self) -> str:
         """What the evidence tools are for, in the capability's instructions."""
 
-    # --- public members (§2.2) ------------------------------------------------------------------
+    # --- public members: what discovery reads (E17) -----------------------------------------------
 
     def evidence_tool_names(self) -> frozenset[str]:
         """E9. Never the cite tool: a cite acknowledgement records the model's own action (C4)."""

@@ -22,7 +22,7 @@ DISAGREEING_QUESTIONS = "evidence capabilities disagree on the question in progr
 
 @dataclass(frozen=True)
 class DiscoveredEvidence:
-    """A read-only view of one evidence capability (§3.6), rebuilt on every call and never
+    """A read-only view of one evidence capability (E17), rebuilt on every call and never
     persisted; mutating it has no effect on the capability."""
 
     capability: str
@@ -46,9 +46,10 @@ M = TypeVar("M", bound=BaseModel)
 
 
 def detached(model: M) -> M:
-    """A copy that shares nothing with the original. Records are JSON-shaped (§3.4), so a dump and
-    validate round trip is exact, and it costs a quarter of `model_copy(deep=True)`: discovery runs
-    on every model request, and deep copies were its largest cost (bench/overhead_capabilities.py)."""
+    """A copy that shares nothing with the original. Records are JSON-shaped
+    (docs/design/rules/README.md, "Persisted state"), so a dump and validate round trip is exact,
+    and it costs a quarter of `model_copy(deep=True)`: discovery runs on every model request, and
+    deep copies were its largest cost (bench/overhead_capabilities.py)."""
     return type(model).model_validate(model.model_dump())
 
 

@@ -50,7 +50,8 @@ def format_documents(documents: Sequence[Document]) -> str:
 
 def merge_results(existing: Sequence[RetrievedChunk], new: Sequence[RetrievedChunk]) -> list[RetrievedChunk]:
     """E6.4. Existing entries stay: the model may still cite anything an earlier, wider call of the
-    same key showed it (R25). Picture bytes are dropped, since state never holds them (§3.4)."""
+    same key showed it (R25). Picture bytes are dropped, since state never holds them
+    (docs/design/rules/README.md, "Persisted state")."""
     merged = list(existing)
     seen = {r.chunk_id for r in merged}
     for result in new:

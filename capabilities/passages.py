@@ -17,7 +17,8 @@ SEARCH_LIMIT_REACHED = "Search limit reached. Answer from the results you alread
 
 
 class PassagesState(EvidenceState):
-    """§3.3. Working-set keys are the search query strings."""
+    """Persisted under `passages` (docs/design/rules/README.md, "Persisted state"); working-set
+    keys are the search query strings."""
 
 
 @dataclass
@@ -76,7 +77,8 @@ def create_passages(
     instructions_preamble: str | None = None,
     defer_loading: bool = False,
 ) -> PassageSearchCapability:
-    """§2.2. The id is passed explicitly, so two of these in one agent collide loudly (F14, E19)."""
+    """A public factory (docs/design/rules/README.md, "Public surface of capabilities"). The id
+    is passed explicitly, so two of these in one agent collide loudly (F14, E19)."""
     return PassageSearchCapability(
         id="evidence-passages",
         description="Searches the knowledge base and records which passages ground the answer.",

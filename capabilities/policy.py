@@ -37,7 +37,7 @@ NextStep = Literal["leave", "redirect", "record_violation"]
 
 
 class CitationPolicyState(BaseModel):
-    """§3.5. Violations describe what the policy observed, not what the model declared, so they
+    """P12. Violations describe what the policy observed, not what the model declared, so they
     live with the policy and not in any evidence record."""
 
     violations: list[int] = Field(default_factory=list)

@@ -19,8 +19,8 @@ PAGE_OR_SECTION = "Give either a page or a section, not both."
 
 
 class ReaderState(EvidenceState):
-    """§3.3. Working-set keys are `read:<document_id>:<page|section|start>`; listings are not
-    chunks and are not kept."""
+    """Persisted under `reader` (docs/design/rules/README.md, "Persisted state"). Working-set keys
+    are `read:<document_id>:<page|section|start>`; listings are not chunks and are not kept."""
 
 
 def read_key(document_id: str, page: int | None, section: str | None) -> str:
@@ -121,7 +121,8 @@ def create_reader(
     instructions_preamble: str | None = None,
     defer_loading: bool = False,
 ) -> DocumentReaderCapability:
-    """§2.2. The id is passed explicitly, so two of these in one agent collide loudly (F14, E19)."""
+    """A public factory (docs/design/rules/README.md, "Public surface of capabilities"). The id
+    is passed explicitly, so two of these in one agent collide loudly (F14, E19)."""
     return DocumentReaderCapability(
         id="evidence-reader",
         description="Lists and reads documents and records which passages ground the answer.",

@@ -1,4 +1,5 @@
-"""What evidence capabilities need from a corpus (CAPABILITIES.md §2.3, §3.2).
+"""What evidence capabilities need from a corpus, and the citation a cited chunk becomes (E11);
+see docs/design/rules/README.md, "Public surface of capabilities".
 
 The protocol is the only way capabilities reach documents, so a host can lend any store that
 speaks it: the SQLite knowledge base in `capabilities.corpus`, or an in-memory fake in tests.
@@ -42,7 +43,7 @@ class RetrievedChunk(BaseModel):
     """A search or read result as the model is shown it.
 
     `pictures` holds image bytes for the caller to attach; it is excluded from every dump so
-    that picture bytes never reach persisted state (§3.4).
+    that picture bytes never reach persisted state (docs/design/rules/README.md, "Persisted state").
     """
 
     chunk_id: str
@@ -67,7 +68,7 @@ class RetrievedChunk(BaseModel):
 
 
 class Citation(BaseModel):
-    """A cited chunk with everything needed to show it again without the store (§3.2)."""
+    """A cited chunk with everything needed to show it again without the store (E11)."""
 
     index: int | None = None
     document_id: str

@@ -3,7 +3,7 @@
 Redis is `GROUNDED_TEST_REDIS_URL` when set (CI points it at the machine's server, db 13), else an
 embedded redis-server this session starts. Tests never share keys: each gets its own key prefix,
 which the results store and Celery's transport (`global_keyprefix`) both write under, and the
-prefix is deleted afterwards. Nothing here mocks Redis or Celery (STYLE 13).
+prefix is deleted afterwards. Nothing here mocks Redis or Celery (docs/design/architecture.md, "tests/").
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The shared test harness of CAPABILITIES.md §0.5: ScriptedModel, FakeCorpus, Deps, SIGNER.
+"""The shared test harness (docs/design/architecture.md, "tests/"): ScriptedModel, FakeCorpus, Deps, SIGNER.
 
 Scenarios script the model's responses in order; every request the model receives (the wire)
 is recorded so tests can assert on exactly what the model saw.
@@ -106,7 +106,7 @@ def user_texts(messages: Sequence[ModelMessage]) -> list[str]:
 
 @dataclass
 class Deps:
-    """The harness deps: a state dict and conversation id `conv-1` (§0.5)."""
+    """The harness deps: a state dict and conversation id `conv-1`."""
 
     state: dict[str, Any] = field(default_factory=dict)
     conversation_id: str = "conv-1"
@@ -120,7 +120,7 @@ class StatelessDeps:
 
 
 class FakeCorpus:
-    """An in-memory CorpusStore with deterministic ids (§0.5).
+    """An in-memory CorpusStore with deterministic ids.
 
     Documents `d-1`, `d-2`; chunks `c-1`..`c-9` (c-1..c-5 in d-1, c-6..c-9 in d-2, one per page);
     `#/pictures/0` in d-1 is a valid PNG referenced by c-1, `#/pictures/1` in d-2 does not decode

@@ -63,7 +63,7 @@ class Settings(BaseSettings):
     retry_max_s: float = Field(default=60.0, gt=0)  # ...up to here, also when the provider asks for longer
     redelivery_margin_s: int = Field(default=300, ge=0)  # how much longer than a job Redis waits before redelivery
     # kombu sweeps for expired unacked jobs every interval * throttle seconds; a lost worker's jobs
-    # come back about visibility_timeout_s + that later (API-NOTES §3)
+    # come back about visibility_timeout_s + that later (docs/design/architecture.md, "Queue")
     unacked_restore_interval_s: int = Field(default=5, ge=1)
     unacked_restore_throttle: int = Field(default=1, ge=1)
     # a job whose worker died under it this many times is failed, not redelivered again (a poison job)
@@ -116,7 +116,8 @@ class Settings(BaseSettings):
     @property
     def visibility_timeout_s(self) -> int:
         """Redis redelivers an unacked job after this long, so it must outlast the longest job plus its
-        longest retry countdown, or a job still running is handed to a second worker (API-NOTES §3)."""
+        longest retry countdown, or a job still running is handed to a second worker
+        (docs/design/architecture.md, "Queue")."""
         return self.task_hard_limit_s + int(self.retry_max_s) + self.redelivery_margin_s
 
     def signer(self) -> TagSigner:

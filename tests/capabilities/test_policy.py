@@ -1,7 +1,7 @@
-"""Part P, pure: the citation policy's decisions tested without an agent (CAPABILITIES.md §7).
+"""Part P, pure: the citation policy's decisions tested without an agent (docs/design/rules/policy.md).
 
-Every function here is what a hook gathers its inputs for (STYLE practice 4), so each rule can be
-checked on hand-built ledger records and histories.
+Every function here is what a hook gathers its inputs for (hooks call pure functions), so each
+rule can be checked on hand-built ledger records and histories.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Part P in runs: the citation policy over passage search, the document reader, or both
-(CAPABILITIES.md §7 and the §11 entries that name P).
+(docs/design/rules/policy.md, and the entries of docs/design/rules/regressions.md that name P).
 
 Each scenario scripts the model's responses and asserts on what the model was sent (the wire),
 on the stored history and on the host state S.

@@ -1,4 +1,4 @@
-"""F8, F13, F14: deferred capabilities, ctx.capabilities and capability ids (CAPABILITIES.md §1)."""
+"""F8, F13, F14: deferred capabilities, ctx.capabilities and capability ids (docs/design/rules/framework.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""F6: RunContext.enqueue delivery, redirects and deferred-tool pauses (CAPABILITIES.md §1)."""
+"""F6: RunContext.enqueue delivery, redirects and deferred-tool pauses (docs/design/rules/framework.md)."""
 
 from __future__ import annotations
 

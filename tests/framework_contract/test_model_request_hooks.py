@@ -1,4 +1,4 @@
-"""F3, F4, F5, F9, F19: the per-request hooks (CAPABILITIES.md §1)."""
+"""F3, F4, F5, F9, F19: the per-request hooks (docs/design/rules/framework.md)."""
 
 from __future__ import annotations
 

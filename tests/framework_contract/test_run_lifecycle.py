@@ -1,4 +1,4 @@
-"""F1, F2, F7, F17, F20: the run lifecycle the capabilities rely on (CAPABILITIES.md §1)."""
+"""F1, F2, F7, F17, F20: the run lifecycle the capabilities rely on (docs/design/rules/framework.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""F18: what survives a history round trip, and what a vision API never sees (CAPABILITIES.md §1)."""
+"""F18: what survives a history round trip, and what a vision API never sees (docs/design/rules/framework.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""F10, F11, F12, F15, F16: how tool calls, failures, content and deferrals behave (CAPABILITIES.md §1)."""
+"""F10, F11, F12, F15, F16: how tool calls, failures, content and deferrals behave (docs/design/rules/framework.md)."""
 
 from __future__ import annotations
 

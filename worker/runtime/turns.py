@@ -67,7 +67,7 @@ def _cited(
 
 
 def recorded_violation(state: Mapping[str, Any], question: int) -> bool:
-    """§3.5: a violation lives in the policy's own state; no policy key means no policy ran."""
+    """P12: a violation lives in the policy's own state; no policy key means no policy ran."""
     raw = state.get(POLICY_NAMESPACE)
     return raw is not None and question in CitationPolicyState.model_validate(raw).violations
 

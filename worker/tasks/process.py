@@ -71,7 +71,8 @@ def retry_delay(retries: int, retry_after: float | None, settings: Settings) -> 
 
 def run_in_process_loop(worker: ProcessWorker, job: Job, batch: Batch, attempts: int, started_at: datetime,
                         commit: Commit) -> JobResult:
-    """Runs the job on this process's event loop and waits for it: one loop per process (docs/design)."""
+    """Runs the job on this process's event loop and waits for it: one loop per process
+    (docs/design/architecture.md, "Queue")."""
     timeout_s = min(batch.config.run.timeout_s, worker.settings.task_soft_limit_s)
     if job.kind != "question":
         conversations = ConversationStore(worker.store)
