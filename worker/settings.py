@@ -11,7 +11,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic import BaseModel, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from capabilities import TagSigner
@@ -39,6 +39,15 @@ def _split_list(value: Any) -> Any:
     return value
 
 
+class EmbeddingEndpoint(BaseModel):
+    """Where the worker sends texts for an `openai-compatible:NAME` embedder (TEI, vLLM, Ollama,
+    llama.cpp): its own setting, never the job's or the corpus's, so no job decides where query
+    text goes. A key variable must also be bound to the URL (GROUNDED_ENDPOINT_KEY_BINDINGS)."""
+
+    base_url: str
+    api_key_env: str | None = None
+
+
 class Settings(BaseSettings):
     """One object for every process role; each role reads only what it needs."""
 
@@ -59,6 +68,11 @@ class Settings(BaseSettings):
     # endpoint key variable -> the base_url pattern it may be sent to; a job chooses its base_url, so
     # an unbound key is never read (models.check_endpoint_key)
     endpoint_key_bindings: Annotated[dict[str, str], NoDecode] = Field(default_factory=dict)
+    # served model NAME of an `openai-compatible:NAME` embedder -> its endpoint (runtime/embedders.py)
+    embedding_endpoints: Annotated[dict[str, EmbeddingEndpoint], NoDecode] = Field(default_factory=dict)
+    # NAME of a `sentence-transformers:NAME` embedder -> the local folder holding its weights
+    # (weights are never downloaded at run time)
+    embedding_model_dirs: Annotated[dict[str, Path], NoDecode] = Field(default_factory=dict)
     retry_base_s: float = Field(default=2.0, gt=0)  # transient model errors back off from here...
     retry_max_s: float = Field(default=60.0, gt=0)  # ...up to here, also when the provider asks for longer
     redelivery_margin_s: int = Field(default=300, ge=0)  # how much longer than a job Redis waits before redelivery
@@ -102,6 +116,19 @@ class Settings(BaseSettings):
     @classmethod
     def _endpoint_key_bindings(cls, value: Any) -> Any:
         return _pairs(value, "GROUNDED_ENDPOINT_KEY_BINDINGS", "VARIABLE=base-url-pattern")
+
+    @field_validator("embedding_endpoints", mode="before")
+    @classmethod
+    def _embedding_endpoints(cls, value: Any) -> Any:
+        pairs = _pairs(value, "GROUNDED_EMBEDDING_ENDPOINTS", "NAME=base-url")
+        if isinstance(pairs, dict):
+            return {name: {"base_url": v} if isinstance(v, str) else v for name, v in pairs.items()}
+        return pairs
+
+    @field_validator("embedding_model_dirs", mode="before")
+    @classmethod
+    def _embedding_model_dirs(cls, value: Any) -> Any:
+        return _pairs(value, "GROUNDED_EMBEDDING_MODEL_DIRS", "NAME=folder")
 
     @model_validator(mode="after")
     def _limits(self) -> Settings:

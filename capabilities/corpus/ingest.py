@@ -15,6 +15,7 @@ import sqlite3
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import unquote
 
 from ..pictures import decode_picture
@@ -30,6 +31,11 @@ from .writer import (
     document_id_for,
     write_document,
 )
+
+if TYPE_CHECKING:
+    from .embedded_ingest import EmbeddingSummary, Progress, VectorWriter
+    from .embedding import CorpusEmbedder
+    from .vectors import ChunkVectors
 
 PARSERS: dict[str, tuple[str, Callable[[str], ParsedText]]] = {
     ".md": ("markdown", parse_markdown),
@@ -63,6 +69,7 @@ class IngestReport:
     replaced: list[str] = field(default_factory=list)
     skipped_unchanged: list[str] = field(default_factory=list)
     errors: list[tuple[str, str]] = field(default_factory=list)
+    embedding: EmbeddingSummary | None = None  # set when the corpus has vectors (embedded_ingest.py)
 
 
 class SourceError(ValueError):
@@ -70,37 +77,71 @@ class SourceError(ValueError):
 
 
 def ingest(
-    db_path: str | os.PathLike[str], paths: Iterable[str | os.PathLike[str]] | str | os.PathLike[str]
+    db_path: str | os.PathLike[str],
+    paths: Iterable[str | os.PathLike[str]] | str | os.PathLike[str],
+    *,
+    embedder: CorpusEmbedder | None = None,
+    progress: Progress | None = None,
 ) -> IngestReport:
     """Ingests files and folders (recursively, in name order) into the corpus at `db_path`,
     creating it when missing. Documents of files no longer on disk are left in place. A single
-    path is accepted too: iterating a string would ingest its characters."""
+    path is accepted too: iterating a string would ingest its characters. With an `embedder` the
+    corpus becomes (or stays) hybrid and every new chunk gets a vector (embedded_ingest.py); a
+    hybrid corpus refuses documents without them (EmbedderRequired)."""
     if isinstance(paths, str | os.PathLike):
         paths = [paths]
     report = IngestReport()
     conn = open_writer(db_path)
     try:
-        for path in _source_files(paths, report):
-            _ingest_one(conn, path, report)
+        vectors = _vector_writer(conn, embedder, report, progress)
+        completed = False
+        try:
+            for path in _source_files(paths, report):
+                _ingest_one(conn, path, report, vectors)
+            completed = True
+        finally:
+            if vectors is not None:
+                vectors.close(completed=completed)
+                report.embedding = vectors.summary
     finally:
         conn.close()
     return report
 
 
-def _ingest_one(conn: sqlite3.Connection, path: Path, report: IngestReport) -> None:
+def _vector_writer(
+    conn: sqlite3.Connection, embedder: CorpusEmbedder | None, report: IngestReport, progress: Progress | None
+) -> VectorWriter | None:
+    if embedder is None:
+        return None
+    from .embedded_ingest import VectorWriter
+
+    return VectorWriter.open(conn, embedder, lambda path, record, vectors: _write(conn, path, record, vectors, report),
+                             progress)
+
+
+def _ingest_one(conn: sqlite3.Connection, path: Path, report: IngestReport, vectors: VectorWriter | None) -> None:
     try:
         record, problems = load_document(path)
     except SourceError as exc:
         report.errors.append((str(path), str(exc)))
         return
     report.errors.extend((str(path), problem) for problem in problems)
+    if vectors is not None:
+        vectors.add(str(path), record)  # written, and reported, once its batch is embedded
+    else:
+        _write(conn, str(path), record, None, report)
+
+
+def _write(
+    conn: sqlite3.Connection, path: str, record: DocumentRecord, vectors: ChunkVectors | None, report: IngestReport
+) -> None:
     try:
-        outcome = write_document(conn, record)
+        outcome = write_document(conn, record, vectors)
     except sqlite3.Error as exc:
-        report.errors.append((str(path), f"not stored, database error: {exc}"))
+        report.errors.append((path, f"not stored, database error: {exc}"))
         return
     lists = {"added": report.added, "replaced": report.replaced, "unchanged": report.skipped_unchanged}
-    lists[outcome].append(str(path))
+    lists[outcome].append(path)
 
 
 def _source_files(paths: Iterable[str | os.PathLike[str]], report: IngestReport) -> Iterator[Path]:

@@ -17,7 +17,7 @@ import sqlite3
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..store import (
     PICTURE_REF_PREFIX,
@@ -29,6 +29,11 @@ from ..store import (
 from .chunking import PARAGRAPH_SEPARATOR
 from .query import match_expression
 from .schema import open_reader, open_writer
+
+if TYPE_CHECKING:
+    from .embedding import CorpusEmbedder, EmbedderResolver
+    from .hybrid import HybridSearch
+    from .vectors import VectorIndexCache
 
 T = TypeVar("T")
 
@@ -48,10 +53,30 @@ class SQLiteCorpus:
     `read_only=False`, opened read-write and created empty when missing (for a host that ingests
     into the file it serves). Either way this class never writes; `ingest()` does."""
 
-    def __init__(self, path: str | os.PathLike[str], *, read_only: bool = True) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        read_only: bool = True,
+        embedder: CorpusEmbedder | EmbedderResolver | None = None,
+        vector_cache: VectorIndexCache | None = None,
+    ) -> None:
+        """A corpus with vectors is searched hybrid and needs its embedder: the one it records,
+        or a resolver the host builds it with from the recorded name (EmbedderRequired otherwise).
+        `vector_cache` shares loaded graphs between instances (a worker's runs)."""
         self.path = Path(path)
         self._conn = open_reader(self.path) if read_only else open_writer(self.path)
         self._lock = threading.Lock()
+        try:
+            self._hybrid = _hybrid_search(self._conn, self.path, embedder, vector_cache)
+        except BaseException:
+            self._conn.close()
+            raise
+
+    @property
+    def hybrid(self) -> bool:
+        """False for a BM25-only corpus (one ingested without an embedder)."""
+        return self._hybrid is not None
 
     async def _run(self, work: Callable[[sqlite3.Connection], T]) -> T:
         def locked() -> T:
@@ -62,11 +87,17 @@ class SQLiteCorpus:
 
     async def search(self, query: str, *, limit: int, filter: str | None) -> list[RetrievedChunk]:
         """Chunks matching any word of `query`, best first; `score` is -bm25(), so higher is
-        better. `filter` restricts the search to one document (its id or uri)."""
+        better. A hybrid corpus also ranks chunks by their vectors' similarity to the query and
+        fuses both rankings (hybrid.py; `score` is then the fused score). `filter` restricts the
+        search to one document (its id or uri)."""
         expression = match_expression(query)
         if expression is None or limit <= 0:
             return []
-        return await self._run(lambda conn: _search(conn, expression, limit, filter))
+        hybrid = self._hybrid
+        if hybrid is None:
+            return await self._run(lambda conn: _search(conn, expression, limit, filter))
+        vector = await hybrid.embed(query)
+        return await self._run(lambda conn: hybrid.search(conn, expression, vector, limit, filter))
 
     async def expand_context(self, results: list[RetrievedChunk]) -> list[RetrievedChunk]:
         """Each hit joined with its neighbours (ordinal ±1 in its document), keeping the hit's
@@ -116,6 +147,28 @@ class SQLiteCorpus:
         await self._run(lambda conn: conn.close())
 
 
+def _hybrid_search(
+    conn: sqlite3.Connection,
+    path: Path,
+    embedder: CorpusEmbedder | EmbedderResolver | None,
+    vector_cache: VectorIndexCache | None,
+) -> HybridSearch | None:
+    from .embedding import CorpusEmbedder, EmbedderRequired, NoVectors
+    from .vectors import VectorIndexCache, recorded_embedder
+
+    info = recorded_embedder(conn)
+    if info is None:
+        if isinstance(embedder, CorpusEmbedder):
+            raise NoVectors(embedder.model)
+        return None
+    if embedder is None:
+        raise EmbedderRequired(info)
+    from .hybrid import HybridSearch
+
+    chosen = embedder if isinstance(embedder, CorpusEmbedder) else embedder(info.model)
+    return HybridSearch(path, info, chosen, vector_cache or VectorIndexCache(max_size=1))
+
+
 def _find_document(conn: sqlite3.Connection, reference: str) -> Document | None:
     """Documents are named by id or by uri, wherever a caller names one (filters included)."""
     row = conn.execute(
@@ -132,37 +185,61 @@ def _document_scope(filter: str | None) -> tuple[str, tuple[str, ...]]:
 
 
 def _search(conn: sqlite3.Connection, expression: str, limit: int, filter: str | None) -> list[RetrievedChunk]:
-    """With a filter, FTS5 scans only the document's rowid range: a document's chunks are written
-    in one transaction with consecutive seqs (writer.py), and the join re-checks the document,
-    so the range only saves work. LIMIT -1 (none) inside then, so the check cannot cut hits."""
+    return results_for(conn, bm25_ranked(conn, expression, limit, document_span(conn, filter)))
+
+
+def document_span(conn: sqlite3.Connection, filter: str | None) -> tuple[str, int, int] | None:
+    """The filter's document id and the range of its chunk seqs, or None without a filter. A
+    document's chunks are written in one transaction with consecutive seqs (writer.py), so a
+    filtered search scans only that rowid range; an unknown document has the empty range."""
+    if filter is None:
+        return None
+    span = conn.execute(
+        "SELECT d.id, min(c.seq), max(c.seq) FROM documents d JOIN chunks c ON c.document_id = d.id"
+        " WHERE d.id = ? OR d.uri = ? GROUP BY d.id",
+        (filter, filter),
+    ).fetchone()
+    return ("", 1, 0) if span is None else (span[0], span[1], span[2])
+
+
+def bm25_ranked(
+    conn: sqlite3.Connection, expression: str, limit: int, span: tuple[str, int, int] | None
+) -> list[tuple[int, float]]:
+    """(seq, -bm25) of the best `limit` matches. Within a span the join re-checks the document,
+    so the range only saves work; LIMIT -1 (none) inside then, so the check cannot cut hits."""
     rank = f"bm25(chunks_fts, {', '.join(str(w) for w in BM25_WEIGHTS)})"
-    document_id, low, high, inner_limit = None, 0, 2**63 - 1, limit
-    if filter is not None:
-        span = conn.execute(
-            "SELECT d.id, min(c.seq), max(c.seq) FROM documents d JOIN chunks c ON c.document_id = d.id"
-            " WHERE d.id = ? OR d.uri = ? GROUP BY d.id",
-            (filter, filter),
-        ).fetchone()
-        if span is None:
-            return []
-        document_id, low, high = span
-        inner_limit = -1
+    document_id, low, high = span if span is not None else (None, 0, 2**63 - 1)
     rows = conn.execute(
-        f"SELECT {_CHUNK_COLUMNS}, {_DOCUMENT_COLUMNS}, hits.score FROM ("
+        f"SELECT hits.rowid, hits.score FROM ("
         f"  SELECT rowid, -{rank} AS score FROM chunks_fts"
         f"  WHERE chunks_fts MATCH :expression AND rowid BETWEEN :low AND :high ORDER BY {rank} LIMIT :inner"
-        f") hits JOIN chunks c ON c.seq = hits.rowid JOIN documents d ON d.id = c.document_id"
+        f") hits JOIN chunks c ON c.seq = hits.rowid"
         f" WHERE :document IS NULL OR c.document_id = :document ORDER BY hits.score DESC LIMIT :limit",
         {
             "expression": expression,
             "low": low,
             "high": high,
-            "inner": inner_limit,
+            "inner": limit if span is None else -1,
             "document": document_id,
             "limit": limit,
         },
     ).fetchall()
-    return _with_pictures(conn, [_result(row) for row in rows])
+    return [(row[0], row[1]) for row in rows]
+
+
+def results_for(conn: sqlite3.Connection, ranked: Sequence[tuple[int, float]]) -> list[RetrievedChunk]:
+    """The result view of chunks given as (seq, score), in the given order."""
+    if not ranked:
+        return []
+    marks = ",".join("?" * len(ranked))
+    rows = conn.execute(
+        f"SELECT {_CHUNK_COLUMNS}, {_DOCUMENT_COLUMNS}, c.seq FROM chunks c JOIN documents d ON d.id = c.document_id"
+        f" WHERE c.seq IN ({marks})",
+        [seq for seq, _ in ranked],
+    ).fetchall()
+    by_seq = {row[15]: row for row in rows}
+    results = [_result((*by_seq[seq][:15], score)) for seq, score in ranked if seq in by_seq]
+    return _with_pictures(conn, results)
 
 
 def _result(row: Sequence[Any]) -> RetrievedChunk:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from ..store import Chunk, Document
+from .vectors import ChunkVectors, delete_document_vectors, store_document_vectors
 
 WriteOutcome = Literal["added", "replaced", "unchanged"]
 
@@ -50,10 +51,11 @@ def chunk_id_for(uri: str, ordinal: int, content_hash: str) -> str:
     return str(uuid.uuid5(uuid.NAMESPACE_URL, f"{uri}#chunk-{ordinal}-{content_hash}"))
 
 
-def write_document(conn: sqlite3.Connection, record: DocumentRecord) -> WriteOutcome:
+def write_document(conn: sqlite3.Connection, record: DocumentRecord, vectors: ChunkVectors | None = None) -> WriteOutcome:
     """Adds the document, replaces its earlier version, or leaves an identical one alone, in one
     transaction: readers see the old version or the new one, never a mix, and a failure midway
-    leaves no trace. `conn` must be in autocommit mode (`schema.open_writer`)."""
+    leaves no trace. A hybrid corpus needs `vectors` (a row per chunk, from its embedder), stored in
+    the same transaction. `conn` must be in autocommit mode (`schema.open_writer`)."""
     document = record.document
     conn.execute("BEGIN IMMEDIATE")
     try:
@@ -63,7 +65,8 @@ def write_document(conn: sqlite3.Connection, record: DocumentRecord) -> WriteOut
             return "unchanged"
         if row is not None:
             _delete_rows(conn, document.id)
-        _insert_rows(conn, record)
+        seqs = _insert_rows(conn, record)
+        store_document_vectors(conn, seqs, vectors)
         conn.execute("COMMIT")
     except BaseException:
         if conn.in_transaction:
@@ -73,13 +76,14 @@ def write_document(conn: sqlite3.Connection, record: DocumentRecord) -> WriteOut
 
 
 def _delete_rows(conn: sqlite3.Connection, document_id: str) -> None:
+    delete_document_vectors(conn, document_id)
     conn.execute("DELETE FROM chunks_fts WHERE rowid IN (SELECT seq FROM chunks WHERE document_id = ?)", (document_id,))
     conn.execute("DELETE FROM chunks WHERE document_id = ?", (document_id,))
     conn.execute("DELETE FROM pictures WHERE document_id = ?", (document_id,))
     conn.execute("DELETE FROM documents WHERE id = ?", (document_id,))
 
 
-def _insert_rows(conn: sqlite3.Connection, record: DocumentRecord) -> None:
+def _insert_rows(conn: sqlite3.Connection, record: DocumentRecord) -> range:
     document = record.document
     conn.execute(
         "INSERT INTO documents (id, uri, title, meta, page_count, content_hash) VALUES (?, ?, ?, ?, ?, ?)",
@@ -125,3 +129,4 @@ def _insert_rows(conn: sqlite3.Connection, record: DocumentRecord) -> None:
         "INSERT INTO pictures (document_id, self_ref, bytes, caption, media_type) VALUES (?, ?, ?, ?, ?)",
         [(document.id, p.self_ref, p.data, p.caption, p.media_type) for p in record.pictures],
     )
+    return seqs

@@ -51,10 +51,18 @@ def _progress_table(progress: BatchProgress) -> Table:
 def ingest(
     paths: Annotated[list[Path], typer.Argument(help="files or folders (Markdown, text, HTML)", exists=True)],
     corpus: Annotated[str, typer.Option("--corpus", help="the name jobs use for this corpus")],
+    embedder: Annotated[
+        str | None,
+        typer.Option("--embedder", help="embedding model for hybrid search (openai:text-embedding-3-small, "
+                     "openai-compatible:NAME, sentence-transformers:NAME, ...); `none` makes the corpus BM25-only; "
+                     "default: the corpus's own"),
+    ] = None,
 ) -> None:
     """Ingest documents into DATA_DIR/corpora/NAME.sqlite (created if missing)."""
     from capabilities.corpus import ingest as ingest_files
     from worker.jobs.composition import CompositionError, check_corpus_name
+
+    from .embedding import IngestFailure, chosen_embedder, embedding_lines, progress_display
 
     settings = get_settings()
     try:
@@ -64,9 +72,17 @@ def ingest(
         raise typer.Exit(2) from None
     settings.corpora_dir.mkdir(parents=True, exist_ok=True)
     target = settings.corpora_dir / f"{corpus}.sqlite"
-    report = ingest_files(target, paths)
+    try:
+        chosen = chosen_embedder(target, embedder, settings)
+        with progress_display(console, chosen) as progress:
+            report = ingest_files(target, paths, embedder=chosen, progress=progress)
+    except IngestFailure.causes as exc:
+        err.print(f"[red]{IngestFailure.describe(exc)}[/]")
+        raise typer.Exit(1) from None
     console.print(f"{target}: {len(report.added)} added, {len(report.replaced)} replaced, "
                   f"{len(report.skipped_unchanged)} unchanged")
+    for line in embedding_lines(report.embedding):
+        console.print(line)
     for path, problem in report.errors:
         err.print(f"[yellow]{path}[/]: {problem}")
 

@@ -36,16 +36,20 @@ def check_endpoint_key(config: JobConfig, bindings: Mapping[str, str]) -> None:
     endpoint = config.endpoint
     if endpoint is None or endpoint.api_key_env is None:
         return
-    name = endpoint.api_key_env
+    check_key_binding(endpoint.api_key_env, endpoint.base_url, bindings, field="endpoint.api_key_env")
+
+
+def check_key_binding(name: str, base_url: str, bindings: Mapping[str, str], *, field: str) -> None:
+    """The one rule for every key variable a worker sends to an OpenAI-compatible server, for
+    models and embedders alike: only to URLs its binding allows."""
     pattern = bindings.get(name)
     if pattern is None:
         bound = ", ".join(sorted(bindings)) or "none"
         raise ModelUnavailable(
-            f"endpoint.api_key_env {name!r} is not bound to an endpoint on this worker (bound: {bound}); "
+            f"{field} {name!r} is not bound to an endpoint on this worker (bound: {bound}); "
             "GROUNDED_ENDPOINT_KEY_BINDINGS says which key variable may be sent to which base_url"
         )
-    if not fnmatch.fnmatchcase(endpoint.base_url, pattern):
+    if not fnmatch.fnmatchcase(base_url, pattern):
         raise ModelUnavailable(
-            f"endpoint.api_key_env {name!r} may be sent only to base URLs matching {pattern!r}, "
-            f"not {endpoint.base_url!r}"
+            f"{field} {name!r} may be sent only to base URLs matching {pattern!r}, not {base_url!r}"
         )

@@ -30,6 +30,7 @@ from capabilities import (
     create_reader,
 )
 from capabilities.corpus import SQLiteCorpus
+from capabilities.corpus.vectors import VectorIndexCache
 from worker.jobs.composition import (
     COMPACTOR,
     EVIDENCE_OPTIONS,
@@ -42,6 +43,8 @@ from worker.jobs.composition import (
 )
 from worker.jobs.models import JobConfig, JobKind
 
+from .embedders import EmbedderCache
+
 
 def evidence_request_limit(run_request_limit: int) -> int:
     """E12. An evidence capability stops offering its tools early enough that the grace requests for
@@ -50,10 +53,12 @@ def evidence_request_limit(run_request_limit: int) -> int:
     return max(1, run_request_limit - GRACE_REQUESTS - 2)
 
 
-def open_corpus(path: Path) -> Any:
-    """A read-only connection owned by one run (E3): corpora are opened per run, never cached."""
+def open_corpus(path: Path, embedders: EmbedderCache, graphs: VectorIndexCache) -> Any:
+    """A read-only connection owned by one run (E3): corpora are opened per run, never cached. A
+    hybrid corpus's query embedder comes from the name it records and this worker's settings
+    (embedders.py), never from the job; its loaded graph is shared by the process's runs."""
 
-    return SQLiteCorpus(path, read_only=True)
+    return SQLiteCorpus(path, read_only=True, embedder=embedders.get, vector_cache=graphs)
 
 
 @dataclass
@@ -63,6 +68,8 @@ class _Builder:
     signer: TagSigner
     corpora_dir: Path
     run_request_limit: int
+    embedders: EmbedderCache
+    graphs: VectorIndexCache
     built: list[AbstractCapability[Any]] = field(default_factory=list)
 
     def build(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> AbstractCapability[Any]:
@@ -76,7 +83,7 @@ class _Builder:
         if name == COMPACTOR:
             return create_compactor(self.signer)
         options = EVIDENCE_OPTIONS[name].model_validate({"corpus": args[0]} if args else kwargs)
-        store = partial(open_corpus, corpus_path(self.corpora_dir, options.corpus))
+        store = partial(open_corpus, corpus_path(self.corpora_dir, options.corpus), self.embedders, self.graphs)
         request_limit = options.request_limit or evidence_request_limit(self.run_request_limit)
 
         factory: Callable[..., AbstractCapability[Any]] = create_passages if name == PASSAGES else create_reader
@@ -143,7 +150,15 @@ def registers_compactor(composition: Composition, kind: JobKind) -> bool:
     return composition.compactor_listed and kind != "question"
 
 
-def build_agent(config: JobConfig, kind: JobKind, *, signer: TagSigner, corpora_dir: Path) -> BuiltAgent:
+def build_agent(
+    config: JobConfig,
+    kind: JobKind,
+    *,
+    signer: TagSigner,
+    corpora_dir: Path,
+    embedders: EmbedderCache | None = None,
+    graphs: VectorIndexCache | None = None,
+) -> BuiltAgent:
     """Raises CompositionError for a config this worker will not run (a permanent job error)."""
     composition = config.composition
     for entry in composition.evidence:
@@ -153,7 +168,10 @@ def build_agent(config: JobConfig, kind: JobKind, *, signer: TagSigner, corpora_
     if not registers_compactor(composition, kind):
         entries = [e for e in entries if COMPACTOR not in ((e,) if isinstance(e, str) else tuple(e))]
     spec["capabilities"] = list(entries)
-    builder = _Builder(signer=signer, corpora_dir=corpora_dir, run_request_limit=config.run.request_limit)
+    if graphs is None:
+        graphs = VectorIndexCache()
+    builder = _Builder(signer=signer, corpora_dir=corpora_dir, run_request_limit=config.run.request_limit,
+                       embedders=embedders or EmbedderCache(), graphs=graphs)
     token = _builder.set(builder)
     try:
         agent = Agent.from_spec(
@@ -178,8 +196,12 @@ class AgentCache:
     """Agents per process, keyed by config digest and whether the compactor applies. An agent holds
     no run state (E2) and opens its corpora per run, so one instance serves concurrent jobs."""
 
-    def __init__(self, *, signer: TagSigner, corpora_dir: Path, max_size: int = 64) -> None:
+    def __init__(
+        self, *, signer: TagSigner, corpora_dir: Path, max_size: int = 64, embedders: EmbedderCache | None = None
+    ) -> None:
         self.signer, self.corpora_dir, self.max_size = signer, corpora_dir, max_size
+        self.embedders = embedders or EmbedderCache()
+        self.graphs = VectorIndexCache()
         self._agents: OrderedDict[tuple[str, bool], BuiltAgent] = OrderedDict()
         self._lock = threading.Lock()
 
@@ -189,7 +211,8 @@ class AgentCache:
             if key in self._agents:
                 self._agents.move_to_end(key)
                 return self._agents[key]
-        built = build_agent(config, kind, signer=self.signer, corpora_dir=self.corpora_dir)
+        built = build_agent(config, kind, signer=self.signer, corpora_dir=self.corpora_dir,
+                            embedders=self.embedders, graphs=self.graphs)
         with self._lock:
             self._agents[key] = built
             while len(self._agents) > self.max_size:

@@ -11,6 +11,7 @@ from datetime import datetime
 from worker.jobs.models import Batch, Job, JobResult
 from worker.runtime.agents import AgentCache
 from worker.runtime.conversations import run_conversation_job
+from worker.runtime.embedders import EmbedderCache
 from worker.runtime.llms import ModelCache
 from worker.runtime.loop import PerProcess, process_loop
 from worker.runtime.run import Commit, Runtime, run_job
@@ -44,7 +45,8 @@ def _make_process_worker() -> ProcessWorker:
     store = ResultsStore.from_url(settings.redis_url, prefix=settings.key_prefix,
                                   compress_over=settings.compress_over_bytes)
     runtime = Runtime(
-        agents=AgentCache(signer=signer, corpora_dir=settings.corpora_dir),
+        agents=AgentCache(signer=signer, corpora_dir=settings.corpora_dir,
+                          embedders=EmbedderCache.from_settings(settings)),
         models=ModelCache(allowlist=settings.model_allowlist, endpoint_key_bindings=settings.endpoint_key_bindings),
         signer=signer,
     )
