@@ -111,9 +111,15 @@ def ingest(
 def _vector_writer(
     conn: sqlite3.Connection, embedder: CorpusEmbedder | None, report: IngestReport, progress: Progress | None
 ) -> VectorWriter | None:
-    if embedder is None:
-        return None
     from .embedded_ingest import VectorWriter
+    from .embedding import EmbedderRequired
+    from .vectors import recorded_embedder
+
+    if embedder is None:
+        recorded = recorded_embedder(conn)
+        if recorded is not None:  # its new chunks would have no vectors
+            raise EmbedderRequired(recorded)
+        return None
 
     return VectorWriter.open(conn, embedder, lambda path, record, vectors: _write(conn, path, record, vectors, report),
                              progress)

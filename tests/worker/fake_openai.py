@@ -6,6 +6,10 @@ Markers in the question change its behaviour:
   [down:ID]     the first request for ID gets 503
   [uncited]     answers without citing, and cites only when the policy's redirect arrives
   [slow:ID]     the first request for ID takes SLOW_S seconds (time to kill a worker mid-job)
+
+`/v1/embeddings` answers with tests/concepts.py's vectors (`dimensions` in the body, or
+`embedding_dimensions` on the server, sets their length), so hybrid corpora can be built and
+searched through the real OpenAI client.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
+from tests.concepts import DIMENSIONS, concept_vector
 from worker.store.embedded import free_port
 
 FAKE_ANSWER = "Fake answer from the knowledge base."
@@ -68,6 +73,9 @@ class FakeOpenAI:
         self.lock = threading.Lock()
         self.app = FastAPI()
         self.app.post("/v1/chat/completions")(self.chat)
+        self.app.post("/v1/embeddings")(self.embeddings)
+        self.embedding_dimensions = DIMENSIONS
+        self.embedding_requests: list[dict[str, Any]] = []
         self.server = uvicorn.Server(uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_level="warning"))
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 
@@ -120,6 +128,17 @@ class FakeOpenAI:
             chunk_ids = shown[:1]
             return JSONResponse(_call(body, "passages_cite", json.dumps({"chunk_ids": chunk_ids}), n))
         return JSONResponse(_completion(body, {"role": "assistant", "content": FAKE_ANSWER}, "stop"))
+
+    async def embeddings(self, request: Request) -> JSONResponse:
+        body = await request.json()
+        inputs = body["input"] if isinstance(body["input"], list) else [body["input"]]
+        with self.lock:
+            self.embedding_requests.append({"authorization": request.headers.get("authorization"), "body": body})
+        dimensions = body.get("dimensions") or self.embedding_dimensions
+        data = [{"object": "embedding", "index": i, "embedding": concept_vector(text, dimensions)}
+                for i, text in enumerate(inputs)]
+        return JSONResponse({"object": "list", "data": data, "model": body.get("model", "fake"),
+                             "usage": {"prompt_tokens": len(inputs), "total_tokens": len(inputs)}})
 
     @staticmethod
     def _failure(marker: str) -> JSONResponse:
