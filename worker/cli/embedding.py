@@ -14,8 +14,7 @@ from pydantic_ai.exceptions import ModelAPIError, UserError
 from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
 
-from capabilities.corpus.embedded_ingest import EmbeddingProgress, EmbeddingSummary
-from capabilities.corpus.embedding import CorpusEmbedder, EmbeddingError
+from capabilities.corpus import CorpusEmbedder, EmbeddingError, EmbeddingProgress, EmbeddingSummary
 from worker.jobs.allowlist import ModelUnavailable
 from worker.runtime.embedders import INGEST_SDK_RETRIES, EmbedderCache
 from worker.settings import Settings
@@ -40,8 +39,7 @@ class IngestFailure:
 def chosen_embedder(target: Path, name: str | None, settings: Settings) -> CorpusEmbedder | None:
     """`--embedder MODEL`, or the corpus's own when none is given (so a hybrid corpus stays
     hybrid); `--embedder none` drops the corpus's vectors first."""
-    from capabilities.corpus.schema import open_reader, open_writer
-    from capabilities.corpus.vectors import drop_vectors, recorded_embedder
+    from capabilities.corpus import drop_vectors, open_reader, open_writer, recorded_embedder
 
     if name == NONE:
         if target.exists():

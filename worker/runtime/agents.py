@@ -29,8 +29,7 @@ from capabilities import (
     create_policy,
     create_reader,
 )
-from capabilities.corpus import SQLiteCorpus
-from capabilities.corpus.vectors import VectorIndexCache
+from capabilities.corpus import SQLiteCorpus, VectorIndexCache
 from worker.jobs.composition import (
     COMPACTOR,
     EVIDENCE_OPTIONS,

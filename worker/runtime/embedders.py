@@ -21,7 +21,7 @@ from pathlib import Path
 from pydantic_ai.embeddings import Embedder, EmbeddingModel, infer_embedding_model
 from pydantic_ai.exceptions import UserError
 
-from capabilities.corpus.embedding import CorpusEmbedder
+from capabilities.corpus import CorpusEmbedder
 from worker.jobs.allowlist import ModelUnavailable, check_key_binding
 from worker.settings import EmbeddingEndpoint, Settings
 
