@@ -13,7 +13,7 @@ from typing import Any
 from celery import Celery
 
 from worker.jobs.allowlist import ModelUnavailable, check_model_allowed
-from worker.jobs.composition import known_corpora
+from worker.jobs.composition import corpora_for, known_corpora
 from worker.jobs.lines import CONFIG_LINE, BatchReport, JobLineError, parse_batch
 from worker.jobs.models import Batch, Job, JobConfig
 from worker.jobs.served import BrokenConfig, config_name, read_config
@@ -49,10 +49,13 @@ class Producer:
         self.app = app or create_app(settings)
         self.conversations = ConversationStore(self.store)
 
-    def served_corpora(self) -> list[str] | None:
-        """What this producer can see of the workers' corpora; None when it has no corpora folder
-        (an API on another machine), leaving the unknown-corpus check to the workers."""
-        return known_corpora(self.settings.corpora_dir) if self.settings.corpora_dir.is_dir() else None
+    def served_corpora(self, tenant: str | None = None) -> list[str] | None:
+        """What this producer can see of the workers' corpora, narrowed to what `tenant` may name
+        (H13); None when nothing can be said here (no corpora folder, an API on another machine, and
+        no scope for the tenant), leaving the unknown-corpus check to the workers. Without a tenant,
+        the operator's view: every corpus served."""
+        served = known_corpora(self.settings.corpora_dir) if self.settings.corpora_dir.is_dir() else None
+        return served if tenant is None else corpora_for(tenant, self.settings.tenant_corpora, served)
 
     def served_config(self, name: str | None = None) -> tuple[str, JobConfig]:
         """I1: the registered config a caller that cannot send one means, by name (or the default).
@@ -70,9 +73,15 @@ class Producer:
             read_config(name, path)
 
     def validate(
-        self, lines: Iterable[str | bytes | Mapping[str, Any]], config: JobConfig | Mapping[str, Any] | str
+        self,
+        lines: Iterable[str | bytes | Mapping[str, Any]],
+        config: JobConfig | Mapping[str, Any] | str,
+        *,
+        tenant: str | None = None,
     ) -> BatchReport:
-        report = parse_batch(lines, config, corpora=self.served_corpora(), max_lines=self.settings.max_batch_lines)
+        """Every line and the config; `tenant` (the submitter's) limits the corpora it may name (H13)."""
+        report = parse_batch(lines, config, corpora=self.served_corpora(tenant),
+                             max_lines=self.settings.max_batch_lines)
         return self._allowlisted(report)
 
     def _allowlisted(self, report: BatchReport) -> BatchReport:
@@ -125,7 +134,7 @@ class Producer:
         line = {"custom_id": custom_id or f"{conversation_id}:follow-up", "question": question,
                 "metadata": {} if metadata is None else metadata}
         report = self._allowlisted(
-            parse_batch([line], meta.config if config is None else config, corpora=self.served_corpora()))
+            parse_batch([line], meta.config if config is None else config, corpora=self.served_corpora(tenant)))
         if not report.ok:
             raise report.errors[0]
         assert report.config is not None

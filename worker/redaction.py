@@ -45,3 +45,16 @@ def scrub(text: str, extra_names: Iterable[str] = (), *, environ: Mapping[str, s
     for secret in sorted(found, key=len, reverse=True):
         text = text.replace(secret, REDACTED)
     return text
+
+
+def url_without_password(url: str) -> str:
+    """A connection URL fit to print: `redis://:secret@host/0` becomes `redis://:***@host/0`."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    if not parts.password:
+        return url
+    user = parts.username or ""
+    host = parts.hostname or ""
+    port = f":{parts.port}" if parts.port else ""
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}{port}"))

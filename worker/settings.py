@@ -11,7 +11,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import BaseModel, Field, SecretStr, field_validator, model_validator
+from pydantic import AliasChoices, BaseModel, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from capabilities import TagSigner
@@ -59,12 +59,18 @@ class Settings(BaseSettings):
     tag_keys: Annotated[list[SecretStr], NoDecode] = Field(default_factory=list)  # newest first (T1)
     api_tokens: Annotated[dict[str, str], NoDecode] = Field(default_factory=dict)  # bearer token -> tenant
     cli_tenant: str = "local"  # the tenant the CLI submits as when it talks to Redis directly
+    # Flower's own variable (user:password[,user2:password2]): Flower reads it, `grounded flower`
+    # only refuses to start without it, since Flower without auth leaves its UI open to anyone
+    flower_basic_auth: SecretStr | None = Field(default=None, validation_alias=AliasChoices("FLOWER_BASIC_AUTH"))
 
     task_soft_limit_s: int = Field(default=600, ge=1)  # the longest a job's runs may take in total
     task_hard_limit_s: int = Field(default=660, ge=1)  # prefork kills the child here; threads cannot be killed
     concurrency: int = Field(default=8, ge=1)  # jobs in flight per worker process (threads pool)
     pool: str = "threads"  # LLM-bound jobs wait on HTTP, so threads give concurrency without processes
     model_allowlist: Annotated[list[str] | None, NoDecode] = None  # fnmatch patterns; None allows any model
+    # tenant -> the corpora its jobs may name (H13; `*` for every other tenant, or for every corpus);
+    # empty: every tenant may name every corpus the workers serve
+    tenant_corpora: Annotated[dict[str, list[str]], NoDecode] = Field(default_factory=dict)
     # endpoint key variable -> the base_url pattern it may be sent to; a job chooses its base_url, so
     # an unbound key is never read (models.check_endpoint_key)
     endpoint_key_bindings: Annotated[dict[str, str], NoDecode] = Field(default_factory=dict)
@@ -111,6 +117,16 @@ class Settings(BaseSettings):
     @classmethod
     def _configs(cls, value: Any) -> Any:
         return _pairs(value, "GROUNDED_CONFIGS", "name=path")
+
+    @field_validator("tenant_corpora", mode="before")
+    @classmethod
+    def _tenant_corpora(cls, value: Any) -> Any:
+        """`acme=transit|handbook,globex=atlas,*=public`, or a JSON object of lists."""
+        pairs = _pairs(value, "GROUNDED_TENANT_CORPORA", "tenant=corpus|corpus")
+        if not isinstance(pairs, dict):
+            return pairs
+        return {tenant: [n.strip() for n in names.split("|") if n.strip()] if isinstance(names, str) else names
+                for tenant, names in pairs.items()}
 
     @field_validator("endpoint_key_bindings", mode="before")
     @classmethod

@@ -5,9 +5,11 @@ are parsed, not run."""
 
 from __future__ import annotations
 
-import importlib
+import os
 import re
 import shlex
+import subprocess
+import sys
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -16,7 +18,6 @@ from urllib.parse import urlparse
 import pytest
 import typer.main
 import yaml
-from celery import Celery
 
 from tests.conftest import REPO
 from worker.app import app as celery_app
@@ -73,20 +74,16 @@ def unwrap_shell(argv: list[str]) -> list[str]:
 
 
 def check_command(argv: list[str]) -> str:
-    """A `grounded ...` or `celery -A worker.app flower ...` command line; returns which role it is."""
+    """A `grounded ...` command line (Flower too: `grounded flower` sets its task columns and refuses
+    to start without auth, which `celery ... flower` would not); returns which role it is."""
     argv = unwrap_shell(argv)
-    if argv[0] == "grounded":
-        command = cli().commands.get(argv[1])
-        assert command is not None, f"`grounded {argv[1]}` is not a command; have {sorted(cli().commands)}"
-        known = {opt for param in command.params for opt in param.opts}
-        used = {arg.split("=", 1)[0] for arg in argv[2:] if arg.startswith("-")}
-        assert used <= known, f"`grounded {argv[1]}` has no option {sorted(used - known)}"
-        return argv[1]
-    assert argv[:4] == ["celery", "-A", "worker.app", "flower"], argv
-    module, _, attribute = "worker.app".partition(":")
-    assert isinstance(getattr(importlib.import_module(module), attribute or "app"), Celery)
-    assert "FLOWER_BASIC_AUTH" in (option_value(argv, "--basic-auth") or ""), "Flower must run with basic auth"
-    return "flower"
+    assert argv[0] == "grounded", f"deploy files run the `grounded` command, not {argv[0]!r}"
+    command = cli().commands.get(argv[1])
+    assert command is not None, f"`grounded {argv[1]}` is not a command; have {sorted(cli().commands)}"
+    known = {opt for param in command.params for opt in param.opts}
+    used = {arg.split("=", 1)[0] for arg in argv[2:] if arg.startswith("-")}
+    assert used <= known, f"`grounded {argv[1]}` has no option {sorted(used - known)}"
+    return argv[1]
 
 
 def port_of(argv: list[str]) -> int:
@@ -119,9 +116,19 @@ def test_procfile_has_web_worker_and_flower_running_real_commands() -> None:
     assert shlex.split(entries["worker"]) == ["grounded", "worker"], "workers run with the project's defaults"
 
 
-def test_procfile_flower_refuses_to_start_without_basic_auth() -> None:
+def test_procfile_flower_is_grounded_flower_with_no_password_on_its_command_line() -> None:
+    """Flower reads FLOWER_BASIC_AUTH from the environment (.env for honcho); a password passed as
+    `--basic-auth` would show in every process listing."""
     flower = shlex.split(procfile()["flower"])
-    assert option_value(flower, "--basic-auth") == "${FLOWER_BASIC_AUTH:?set FLOWER_BASIC_AUTH=user:password}"
+    assert flower[:2] == ["grounded", "flower"] and option_value(flower, "--basic-auth") is None
+
+
+def test_grounded_flower_refuses_to_start_without_basic_auth(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "FLOWER_BASIC_AUTH" and not k.startswith("GROUNDED_")}
+    refused = subprocess.run([sys.executable, "-m", "worker.cli", "flower", "--port", "1"], cwd=REPO, env=env,
+                             capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert "FLOWER_BASIC_AUTH is not set" in refused.stderr
 
 
 # --- Dockerfile ----------------------------------------------------------------------------------
@@ -187,6 +194,7 @@ def test_compose_services_run_real_commands_with_known_settings() -> None:
         assert (redis_url.hostname, redis_url.port or 6379) == ("redis", 6379)
         assert compose_env(name)["GROUNDED_DATA_DIR"] == "/data"
     assert "GROUNDED_TAG_KEYS" in compose_env("worker") and "GROUNDED_API_TOKENS" in compose_env("api")
+    assert compose_env("flower")["FLOWER_BASIC_AUTH"].startswith("${FLOWER_BASIC_AUTH:?"), "compose refuses without it"
 
 
 def test_compose_ports_match_the_commands() -> None:
@@ -276,6 +284,7 @@ def test_k8s_env_names_are_settings_and_secrets_come_from_the_template() -> None
     names = {var["name"] for var in container("grounded-worker")["env"]}
     assert "GROUNDED_TAG_KEYS" in names and "GROUNDED_API_TOKENS" not in names
     assert {var["name"] for var in container("grounded-api")["env"]} == {"GROUNDED_API_TOKENS"}
+    assert {var["name"] for var in container("grounded-flower")["env"]} == {"FLOWER_BASIC_AUTH"}
 
 
 def test_k8s_commands_and_ports_line_up_with_services() -> None:

@@ -37,6 +37,7 @@ from worker.jobs.models import JobResult, TurnResult, Usage
 from worker.producer import Producer
 from worker.store.keys import QUEUE
 from worker.store.metrics import (
+    CITATION_STATUSES,
     DIRECTIONS,
     FINISHED,
     KINDS,
@@ -79,8 +80,9 @@ def result_with(turns: list[TurnResult], *, job_id: str = "job_1", status: str =
 
 
 def turn(messages: list, *, redirects: int = 0, violation: bool = False, n_requests: int = 1,
-         tokens: tuple[int, int] = (0, 0)) -> TurnResult:
-    return TurnResult(question_identity=0, question_text="q", answer="a", citation_status="grounded",
+         tokens: tuple[int, int] = (0, 0), citation_status: str = "grounded") -> TurnResult:
+    return TurnResult(question_identity=0, question_text="q", answer="a",
+                      citation_status=citation_status,  # type: ignore[arg-type]
                       redirects=redirects, violation=violation, n_requests=n_requests,
                       usage=Usage(input_tokens=tokens[0], output_tokens=tokens[1]),
                       new_messages_json=ModelMessagesTypeAdapter.dump_json(messages))
@@ -95,14 +97,16 @@ def test_a_finished_job_adds_status_redirects_violations_tokens_and_latencies() 
     result = result_with([
         turn(exchange(T0, 0.3) + exchange(T0 + timedelta(seconds=1), 7.0), redirects=1, violation=True,
              n_requests=2, tokens=(40, 9)),
-        turn(exchange(T0 + timedelta(seconds=9), 200.0), n_requests=1, tokens=(10, 1)),
+        turn(exchange(T0 + timedelta(seconds=9), 200.0), n_requests=1, tokens=(10, 1), citation_status="ungrounded"),
     ], seconds=250.0)
     observation = observe(result)
-    assert observation == JobObservation(status="succeeded", kind="question", redirects=1, violations=1,
+    assert observation == JobObservation(status="succeeded", kind="question",
+                                         citation_statuses=("grounded", "ungrounded"), redirects=1, violations=1,
                                          model_requests=3, input_tokens=50, output_tokens=10,
                                          request_seconds=(0.3, 7.0, 200.0), job_seconds=250.0)
     assert increments(observation) == {
-        "jobs:succeeded:question": 1, "redirects": 1, "violations": 1, "model_requests": 3,
+        "jobs:succeeded:question": 1, "answers:grounded": 1, "answers:ungrounded": 1,
+        "redirects": 1, "violations": 1, "model_requests": 3,
         "tokens:input": 50, "tokens:output": 10,
         "model_request:le:0.5": 1, "model_request:le:10": 1,   # 200 s is above the last bound
         "model_request:count": 3, "model_request:sum": 207.3,
@@ -128,6 +132,18 @@ def test_scrape_reports_recorded_jobs_as_counters_and_histograms(redis_space: Re
     assert value(metrics, "grounded_model_request_duration_seconds_sum") == pytest.approx(4.3)
 
 
+def test_answers_are_counted_by_citation_status_once_per_answered_question(redis_space: RedisSpace) -> None:
+    """The operations guide's citation-status dashboard: one count per turn, whatever the job's status."""
+    store = redis_space.store()
+    record_finished(store, result_with([turn(exchange(T0, 1.0)), turn(exchange(T0, 1.0), citation_status="missing")],
+                                       job_id="conversation"))
+    record_finished(store, result_with([turn(exchange(T0, 1.0), citation_status="ungrounded")], job_id="failed",
+                                       status="failed"))
+    metrics = scrape_store(redis_space)
+    assert {s: value(metrics, "grounded_answers_total", citation_status=s) for s in CITATION_STATUSES} == {
+        "grounded": 1, "ungrounded": 1, "missing": 1}
+
+
 def test_labels_are_bounded_sets_whatever_the_jobs(redis_space: RedisSpace) -> None:
     """No job id, batch id or custom_id becomes a label: more jobs move values, never add series."""
     store = redis_space.store()
@@ -138,7 +154,8 @@ def test_labels_are_bounded_sets_whatever_the_jobs(redis_space: RedisSpace) -> N
         record_finished(store, result_with([turn(exchange(T0, 1.0))], job_id=job_id))
     after = scrape_store(redis_space)
     assert set(after) == before
-    allowed = {"queue": {QUEUE}, "status": set(FINISHED), "kind": set(KINDS), "direction": set(DIRECTIONS)}
+    allowed = {"queue": {QUEUE}, "status": set(FINISHED), "kind": set(KINDS), "direction": set(DIRECTIONS),
+               "citation_status": set(CITATION_STATUSES)}
     for _, labels in after:
         for label, label_value in labels:
             assert label == "le" or label_value in allowed[label], (label, label_value)
@@ -192,6 +209,8 @@ def test_queue_depth_and_oldest_job_age_follow_jobs_queued_then_run(
     assert value(done, "grounded_queue_oldest_job_age_seconds", queue=QUEUE) == 0
     assert value(done, "grounded_jobs_reserved") == 0
     assert value(done, "grounded_jobs_finished_total", status="succeeded", kind="question") == 3
+    assert value(done, "grounded_answers_total", citation_status="grounded") == 3   # each cites after a redirect
+    assert value(done, "grounded_answers_total", citation_status="ungrounded") == 0
     assert value(done, "grounded_redirects_total") == 3            # [uncited]: one redirect per job
     assert value(done, "grounded_policy_violations_total") == 0
     assert value(done, "grounded_model_requests_total") == 12      # search, answer, redirect, cite+answer

@@ -10,6 +10,7 @@ from fastapi import APIRouter, HTTPException, Query, Request, status
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, Field
 from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import FormData
 
 from .deps import CallerDep, OwnedBatch, ProducerDep
 
@@ -26,16 +27,27 @@ class BatchSubmission(BaseModel):
 batches = APIRouter(prefix="/v1/batches", tags=["batches"])
 
 
+async def _part_text(form: FormData, name: str) -> str | None:
+    """A form part as text, whether it was sent as a file (`curl -F config=@job.yaml`) or as a
+    value (`-F config=<job.yaml`): both are what a user means by "this file's content"."""
+    part = form.get(name)
+    if part is None or isinstance(part, str):
+        return part
+    return (await part.read()).decode("utf-8", errors="replace")
+
+
 async def _submission(request: Request) -> BatchSubmission:
     content_type = request.headers.get("content-type", "")
     if content_type.startswith("multipart/form-data"):
         form = await request.form()
-        upload, config = form.get("file"), form.get("config")
-        if upload is None or isinstance(upload, str) or not isinstance(config, str):
-            raise HTTPException(422, [{"line": 0, "problem": "multipart needs a JSONL `file` and a `config` part"}])
-        text = (await upload.read()).decode("utf-8", errors="replace")
-        arm = form.get("arm")
-        return BatchSubmission(config=config, lines=text.splitlines(), arm=arm if isinstance(arm, str) else None)
+        text, config = await _part_text(form, "file"), await _part_text(form, "config")
+        if text is None or config is None:
+            missing = " and ".join(f"`{name}`" for name, part in (("file", text), ("config", config)) if part is None)
+            raise HTTPException(422, [{"line": 0, "problem": f"multipart has no {missing} part: send the JSONL as "
+                                       "`file` and the job config as `config` (e.g. curl -F file=@questions.jsonl "
+                                       "-F config=@job.yaml)"}])
+        arm = await _part_text(form, "arm")
+        return BatchSubmission(config=config, lines=text.splitlines(), arm=arm)
     try:
         return BatchSubmission.model_validate_json(await request.body())
     except ValueError as exc:
@@ -56,7 +68,8 @@ async def _submission(request: Request) -> BatchSubmission:
                         "required": ["file", "config"],
                         "properties": {
                             "file": {"type": "string", "format": "binary", "description": "JSONL, one job a line"},
-                            "config": {"type": "string", "description": "the job config, YAML or JSON"},
+                            "config": {"type": "string", "description": "the job config, YAML or JSON "
+                                       "(a text value or a file)"},
                             "arm": {"type": "string"},
                         },
                     }
@@ -68,7 +81,7 @@ async def _submission(request: Request) -> BatchSubmission:
 )
 async def submit_batch(request: Request, producer: ProducerDep, caller: CallerDep) -> JSONResponse:
     body = await _submission(request)
-    report = await run_in_threadpool(producer.validate, body.lines, body.config)
+    report = await run_in_threadpool(producer.validate, body.lines, body.config, tenant=caller.tenant)
     if not report.ok:
         raise HTTPException(422, [e.as_dict() for e in report.errors])
     batch = await run_in_threadpool(producer.submit, report, tenant=caller.tenant, arm=body.arm)

@@ -18,7 +18,17 @@ from prometheus_client.core import (
 from prometheus_client.utils import floatToGoString
 
 from worker.store.keys import QUEUE
-from worker.store.metrics import BUCKETS, DIRECTIONS, FINISHED, JOB, KINDS, MODEL_REQUEST, Snapshot, read_snapshot
+from worker.store.metrics import (
+    BUCKETS,
+    CITATION_STATUSES,
+    DIRECTIONS,
+    FINISHED,
+    JOB,
+    KINDS,
+    MODEL_REQUEST,
+    Snapshot,
+    read_snapshot,
+)
 from worker.store.results import ResultsStore
 
 
@@ -52,6 +62,11 @@ def families(snapshot: Snapshot) -> list[Metric]:
     for status in FINISHED:
         for kind in KINDS:
             finished.add_metric([status, kind], c.get(f"jobs:{status}:{kind}", 0.0))
+    answers = CounterMetricFamily(
+        "grounded_answers", "Questions answered by finished jobs, by what grounds each answer (one per turn).",
+        labels=["citation_status"])
+    for citation_status in CITATION_STATUSES:
+        answers.add_metric([citation_status], c.get(f"answers:{citation_status}", 0.0))
     tokens = CounterMetricFamily("grounded_model_tokens", "Model tokens used by finished jobs.", labels=["direction"])
     for direction in DIRECTIONS:
         tokens.add_metric([direction], c.get(f"tokens:{direction}", 0.0))
@@ -60,6 +75,7 @@ def families(snapshot: Snapshot) -> list[Metric]:
         age,
         reserved,
         finished,
+        answers,
         CounterMetricFamily("grounded_redirects", "Citation-policy redirects that reached a history (V5).",
                             value=c.get("redirects", 0.0)),
         CounterMetricFamily("grounded_policy_violations", "Questions answered in violation of the citation policy.",

@@ -15,6 +15,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import redis
 from pydantic import SecretStr
 from rich.console import Console
 from rich.table import Table
@@ -26,6 +27,7 @@ from worker.settings import Settings
 from worker.tasks.worker_process import REPO, start_worker_process
 
 from .following import follow_batch
+from .views import CITATION_STYLES, line, plain, results_summary, results_table
 
 DEMO_CORPUS = "transit"
 EXAMPLES = REPO / "examples"
@@ -36,36 +38,15 @@ def redis_url(console: Console, workdir: Path) -> Iterator[str]:
     """GROUNDED_REDIS_URL when set; otherwise an embedded redis-server for the demo's lifetime."""
     url = os.environ.get("GROUNDED_REDIS_URL")
     if url:
-        console.print(f"Redis: [bold]{url}[/] (GROUNDED_REDIS_URL)")
+        redis.Redis.from_url(url).ping()  # unreachable: one line naming it (cli.main), not a worker timeout
+        console.print(line("Redis: ", (url, "bold"), " (GROUNDED_REDIS_URL)"))
         yield url
         return
     from worker.store.embedded import EmbeddedRedis
 
     with EmbeddedRedis(workdir / "redis") as server:
-        console.print(f"Redis: embedded redis-server on [bold]{server.url()}[/]")
+        console.print(line("Redis: embedded redis-server on ", (server.url(), "bold")))
         yield server.url()
-
-
-def results_table(results: list[JobResult]) -> Table:
-    """One row per answered question; a conversation's turns are labelled with their position."""
-    table = Table(title="Results", show_lines=True, expand=True)
-    table.add_column("question", ratio=3)
-    table.add_column("status", no_wrap=True)
-    table.add_column("citations", ratio=2)
-    table.add_column("answer", ratio=4)
-    styles = {"grounded": "green", "ungrounded": "yellow", "missing": "red"}
-    for result in results:
-        if result.status == "failed" or not result.turns:
-            error = result.error.message if result.error else "failed"
-            table.add_row(result.custom_id, "[red]failed[/]", "", error)
-            continue
-        for k, turn in enumerate(result.turns, start=1):
-            style = styles[turn.citation_status]
-            cited = "\n".join(f"[{c.chunk_id[:8]}] {c.document_title or c.document_uri}" for c in turn.cited)
-            status = f"[{style}]{turn.citation_status}[/]" + (f"\n{turn.redirects} redirect(s)" if turn.redirects else "")
-            label = "" if result.kind == "question" else f"{result.custom_id} turn {k}: "
-            table.add_row(label + turn.question_text, status, cited or "—", str(turn.answer))
-    return table
 
 
 def earlier_evidence(turn: TurnResult) -> str:
@@ -81,16 +62,17 @@ def earlier_evidence(turn: TurnResult) -> str:
 
 
 def conversation_table(result: JobResult) -> Table:
+    """What each turn sent the model of earlier turns: the compactor's effect, turn by turn."""
     compactor = "compactor registered" if result.compactor_registered else "no compactor"
-    table = Table(title=f"Conversation {result.custom_id} ({compactor})", show_lines=False, expand=True)
+    table = Table(title=plain(f"Conversation {result.custom_id} ({compactor})"), show_lines=False, expand=True)
     table.add_column("turn", justify="right", no_wrap=True)
     table.add_column("question", ratio=3)
-    table.add_column("identity", justify="right", no_wrap=True)
-    table.add_column("requests", justify="right", no_wrap=True)
+    table.add_column("citation", no_wrap=True)
+    table.add_column("model requests", justify="right", no_wrap=True)
     table.add_column("earlier evidence sent to the model", ratio=2)
     for k, turn in enumerate(result.turns, start=1):
-        table.add_row(str(k), turn.question_text, str(turn.question_identity), str(turn.n_requests),
-                      earlier_evidence(turn))
+        table.add_row(str(k), plain(turn.question_text), plain(turn.citation_status, CITATION_STYLES[turn.citation_status]),
+                      str(turn.n_requests), earlier_evidence(turn))
     return table
 
 
@@ -102,7 +84,7 @@ def run_demo(*, questions: Path, config: Path, corpus_dir: Path, output: Path, c
         workdir = Path(tmp)
         data_dir = workdir / "data"
         (data_dir / "corpora").mkdir(parents=True)
-        with console.status(f"Ingesting {corpus_dir} as corpus '{DEMO_CORPUS}'"):
+        with console.status(plain(f"Ingesting {corpus_dir} as corpus '{DEMO_CORPUS}'")):
             report = ingest(data_dir / "corpora" / f"{DEMO_CORPUS}.sqlite", [corpus_dir])
         console.print(f"Corpus '{DEMO_CORPUS}': {len(report.added)} documents ingested"
                       + (f", {len(report.errors)} problems" if report.errors else ""))
@@ -115,14 +97,16 @@ def run_demo(*, questions: Path, config: Path, corpus_dir: Path, output: Path, c
         with console.status("Starting a worker process"):
             worker = start_worker_process(env, workdir / "worker.log", loglevel="warning")
         try:
-            console.print(f"Worker: [bold]{worker.name}[/] (threads pool, pid {worker.process.pid})")
-            batch_report = producer.validate(questions.read_text().splitlines(), config.read_text())
+            console.print(line("Worker: ", (worker.name, "bold"), f" (threads pool, pid {worker.process.pid})"))
+            batch_report = producer.validate(questions.read_text().splitlines(), config.read_text(),
+                                             tenant=settings.cli_tenant)
             if not batch_report.ok:
                 for error in batch_report.errors:
-                    console.print(f"[red]{error}[/]")
+                    console.print(plain(error, "red"))
                 return 1
             batch = producer.submit(batch_report, tenant=settings.cli_tenant)
-            console.print(f"Batch [bold]{batch.id}[/]: {batch.total} questions, model {batch.config.model}")
+            console.print(line("Batch ", (batch.id, "bold"), f": {batch.total} jobs, model ",
+                               (batch.config.model, "bold")), soft_wrap=True)
             final = follow_batch(producer.store, batch.id, console, timeout=timeout)
             results = list(producer.store.iter_results(batch.id))
         finally:
@@ -137,11 +121,8 @@ def run_demo(*, questions: Path, config: Path, corpus_dir: Path, output: Path, c
     with output.open("w") as handle:
         for result in results:
             handle.write(result.model_dump_json() + "\n")
-    counts = {s: sum(t.citation_status == s for r in results for t in r.turns)
-              for s in ("grounded", "ungrounded", "missing")}
-    console.print(f"{final.succeeded} succeeded, {final.failed} failed; "
-                  + ", ".join(f"{n} {s}" for s, n in counts.items()))
-    console.print(f"Results (JSONL, one JobResult a line): [bold]{output}[/]")
+    console.print(results_summary(results))
+    console.print(line("Results (JSONL, one JobResult a line): ", (str(output), "bold")), soft_wrap=True)
     return 0 if final.failed == 0 else 1
 
 

@@ -62,6 +62,7 @@ def experiment(
     judge: JudgeOption = None,
     review: ReviewOption = None,
     timeout: Annotated[float, typer.Option(help="seconds to wait for every batch to finish")] = 3600.0,
+    tenant: Annotated[str | None, typer.Option(help="the tenant to submit as (default GROUNDED_CLI_TENANT)")] = None,
 ) -> None:
     """Run the same questions in each arm (V2), wait with progress, and write report.html + report.json."""
     from rich.progress import (
@@ -91,8 +92,11 @@ def experiment(
                 for p in progress:
                     bar.update(tasks[p.batch_id], completed=p.done + p.cancelled)
 
+            settings = get_settings()
+            if tenant is not None:
+                settings = settings.model_copy(update={"cli_tenant": tenant})
             report = run_experiment(
-                get_settings(), questions, specs, repeat=repeat, timeout_s=timeout, judge_config=load_judge(judge),
+                settings, questions, specs, repeat=repeat, timeout_s=timeout, judge_config=load_judge(judge),
                 reviews=load_reviews(review) if review is not None else None,
                 on_submitted=submitted, on_progress=progressed,
             )

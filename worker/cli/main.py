@@ -1,33 +1,49 @@
-"""`grounded`: ingest corpora, submit and follow batches, run workers and the API, and the demo.
+"""`grounded`: ingest corpora, submit and follow batches, run workers, Flower and the API, and the demo.
 
-Batch commands talk to Redis directly (GROUNDED_REDIS_URL), as an operator would; remote
-producers use the HTTP API or `worker.client`. Every submission goes through `parse_batch`.
+Batch commands talk to Redis directly (GROUNDED_REDIS_URL), as an operator would, and submit as
+the tenant GROUNDED_CLI_TENANT (`local`) unless given `--tenant`; the API shows those batches to
+tokens of that tenant. Remote producers use the HTTP API or `worker.client`. Every submission goes
+through `parse_batch`.
 """
 
 from __future__ import annotations
 
 import sys
 import time
+from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 from rich.console import Console
-from rich.table import Table
+from rich.text import Text
 
 from worker.settings import get_settings
 
 from .chat import register as register_chat
 from .experiment import register as register_experiment
 from .mcp import register as register_mcp
+from .views import line, plain
 
 if TYPE_CHECKING:
     from worker.producer import Producer
-    from worker.store.results import BatchProgress
+    from worker.store.results import ResultsStore
 
 cli = typer.Typer(name="grounded", help=__doc__, no_args_is_help=True, add_completion=False)
 console = Console()
 err = Console(stderr=True)
+
+TenantOption = Annotated[
+    str | None,
+    typer.Option("--tenant", help="the tenant to act as (default GROUNDED_CLI_TENANT, `local`); the API shows "
+                 "its batches and conversations to tokens mapped to it in GROUNDED_API_TOKENS"),
+]
+
+
+class Format(str, Enum):
+    auto = "auto"
+    table = "table"
+    jsonl = "jsonl"
 
 
 def _producer() -> Producer:
@@ -37,14 +53,15 @@ def _producer() -> Producer:
     return Producer(get_settings())
 
 
-def _progress_table(progress: BatchProgress) -> Table:
-    table = Table(title=f"Batch {progress.batch_id}", show_header=False)
-    data = progress.as_dict()
-    table.add_row("state", data["state"])
-    for name, value in data["counts"].items():
-        table.add_row(name, str(value))
-    table.add_row("arm", str(progress.arm))
-    return table
+def _fail(message: str, code: int = 1) -> NoReturn:
+    """One red line on stderr; the message may quote user or corpus text, so it is never markup."""
+    err.print(plain(message, "red"), soft_wrap=True)
+    raise typer.Exit(code)
+
+
+def _require_batch(store: ResultsStore, batch_id: str) -> None:
+    if store.load_batch(batch_id) is None:
+        _fail(f"no batch {batch_id!r}")
 
 
 @cli.command()
@@ -68,8 +85,7 @@ def ingest(
     try:
         check_corpus_name(corpus)
     except CompositionError as exc:
-        err.print(f"[red]{exc}[/]")
-        raise typer.Exit(2) from None
+        _fail(str(exc), 2)
     settings.corpora_dir.mkdir(parents=True, exist_ok=True)
     target = settings.corpora_dir / f"{corpus}.sqlite"
     try:
@@ -77,27 +93,31 @@ def ingest(
         with progress_display(console, chosen) as progress:
             report = ingest_files(target, paths, embedder=chosen, progress=progress)
     except IngestFailure.causes as exc:
-        err.print(f"[red]{IngestFailure.describe(exc)}[/]")
-        raise typer.Exit(1) from None
-    console.print(f"{target}: {len(report.added)} added, {len(report.replaced)} replaced, "
-                  f"{len(report.skipped_unchanged)} unchanged")
-    for line in embedding_lines(report.embedding):
-        console.print(line)
+        _fail(IngestFailure.describe(exc))
+    console.print(plain(f"{target}: {len(report.added)} added, {len(report.replaced)} replaced, "
+                        f"{len(report.skipped_unchanged)} unchanged"))
+    for text in embedding_lines(report.embedding):
+        console.print(plain(text))
     for path, problem in report.errors:
-        err.print(f"[yellow]{path}[/]: {problem}")
+        err.print(line((str(path), "yellow"), f": {problem}"))
 
 
 def _follow(producer: Producer, batch_id: str, timeout: float) -> None:
+    """A progress bar until the batch finishes, then its counts and its results."""
     from worker.polling import StillWaiting
 
     from .following import follow_batch
+    from .views import progress_view, results_summary, results_table
 
     try:
         progress = follow_batch(producer.store, batch_id, console, timeout=timeout)
     except StillWaiting as exc:
         err.print(f"[yellow]still {exc.last.state} after {timeout:g} s[/]")
         raise typer.Exit(3) from None
-    console.print(_progress_table(progress))
+    results = list(producer.store.iter_results(batch_id))
+    console.print(progress_view(progress))
+    console.print(results_table(results))
+    console.print(results_summary(results))
 
 
 @cli.command()
@@ -106,46 +126,69 @@ def submit(
     config: Annotated[Path, typer.Option("--config", help="job config (YAML or JSON)", exists=True, dir_okay=False)],
     wait: Annotated[bool, typer.Option("--wait", help="show progress until the batch finishes")] = False,
     arm: Annotated[str | None, typer.Option(help="label for evaluation arms")] = None,
-    tenant: Annotated[str | None, typer.Option(help="tenant to submit as (default GROUNDED_CLI_TENANT)")] = None,
+    tenant: TenantOption = None,
     timeout: Annotated[float, typer.Option(help="seconds --wait waits")] = 3600.0,
 ) -> None:
-    """Validate every line, then store and enqueue the batch (nothing is enqueued if a line is bad)."""
+    """Validate every line, then store and enqueue the batch (nothing is enqueued if a line is bad).
+    Prints the batch id and each conversation's id; with --wait, the results as a table."""
+    from .views import conversation_ids, rejected_view
+
     producer = _producer()
-    report = producer.validate(file.read_text().splitlines(), config.read_text())
+    tenant = tenant or producer.settings.cli_tenant
+    report = producer.validate(file.read_text().splitlines(), config.read_text(), tenant=tenant)
     if not report.ok:
-        table = Table(title="Batch rejected: nothing was enqueued", show_lines=False)
-        table.add_column("line", justify="right")
-        table.add_column("problem")
-        for error in report.errors:
-            table.add_row("config" if error.line_no == 0 else str(error.line_no), error.problem)
-        err.print(table)
+        err.print(rejected_view(report.errors))
         raise typer.Exit(1)
-    batch = producer.submit(report, tenant=tenant or producer.settings.cli_tenant, arm=arm)
-    console.print(f"batch [bold]{batch.id}[/]: {batch.total} jobs queued")
+    batch = producer.submit(report, tenant=tenant, arm=arm)
+    console.print(line("batch ", (batch.id, "bold"), f": {batch.total} jobs queued (tenant ", (tenant, "bold"), ")"),
+                  soft_wrap=True)
+    job_ids = producer.store.job_ids(batch.id)  # in line order, as report.jobs
+    conversations = [(spec.custom_id, job_id) for spec, job_id in zip(report.jobs, job_ids, strict=True)
+                     if spec.kind == "conversation"]
+    for text in conversation_ids(conversations):
+        console.print(text, soft_wrap=True)
+    if conversations:
+        console.print('follow up with: grounded ask --conversation ID "next question"', style="dim", soft_wrap=True)
     if wait:
         _follow(producer, batch.id, timeout)
 
 
 @cli.command()
 def status(batch_id: str) -> None:
-    """Counts and state of a batch."""
+    """Counts, state and tenant of a batch."""
+    from .views import progress_view
+
     progress = _producer().store.progress(batch_id)
     if progress is None:
-        err.print(f"[red]no batch {batch_id!r}[/]")
-        raise typer.Exit(1)
-    console.print(_progress_table(progress))
+        _fail(f"no batch {batch_id!r}")
+    console.print(progress_view(progress))
 
 
 @cli.command()
 def results(
     batch_id: str,
-    output: Annotated[Path | None, typer.Option("-o", "--output", help="write JSONL here, not stdout")] = None,
+    output: Annotated[Path | None, typer.Option("-o", "--output", help="write JSONL to this file")] = None,
+    format: Annotated[
+        Format,
+        typer.Option("--format", case_sensitive=False,
+                     help="table: one row per answer; jsonl: one JobResult a line, everything stored (wire "
+                     "transcripts included); auto: a table on a terminal, JSONL into a pipe or a file"),
+    ] = Format.auto,
 ) -> None:
-    """Finished results as JSONL, in submission order (partial while the batch runs)."""
+    """Finished results in submission order (partial while the batch runs): a table on a terminal,
+    JSONL when piped, redirected or written with -o, or as --format says."""
+    from .views import results_summary, results_table
+
     store = _producer().store
-    if store.load_batch(batch_id) is None:
-        err.print(f"[red]no batch {batch_id!r}[/]")
-        raise typer.Exit(1)
+    _require_batch(store, batch_id)
+    as_table = format is Format.table or (format is Format.auto and output is None and sys.stdout.isatty())
+    if as_table and output is None:
+        found = list(store.iter_results(batch_id))
+        console.print(results_table(found, title=f"Results of {batch_id}"))
+        console.print(results_summary(found))
+        console.print(f"everything stored (JSONL): grounded results {batch_id} --format jsonl", style="dim",
+                      soft_wrap=True)
+        return
     handle = output.open("wb") if output else sys.stdout.buffer
     count = 0
     try:
@@ -156,18 +199,16 @@ def results(
         if output:
             handle.close()
     if output:
-        console.print(f"{count} results written to {output}")
+        console.print(plain(f"{count} results written to {output}"))
 
 
 @cli.command()
 def cancel(batch_id: str) -> None:
     """Skip the batch's queued jobs; running jobs finish and are recorded."""
     producer = _producer()
-    if producer.store.load_batch(batch_id) is None:
-        err.print(f"[red]no batch {batch_id!r}[/]")
-        raise typer.Exit(1)
+    _require_batch(producer.store, batch_id)
     producer.cancel(batch_id)
-    console.print(f"batch {batch_id}: cancel requested")
+    console.print(f"batch {batch_id}: cancel requested", soft_wrap=True)
 
 
 @cli.command()
@@ -177,7 +218,7 @@ def ask(
     config: Annotated[
         Path | None, typer.Option(help="job config; default: the conversation's own", exists=True, dir_okay=False)
     ] = None,
-    tenant: Annotated[str | None, typer.Option(help="tenant the conversation belongs to")] = None,
+    tenant: TenantOption = None,
     wait: Annotated[bool, typer.Option("--wait/--no-wait", help="wait for the answer and print it")] = True,
     timeout: Annotated[float, typer.Option(help="seconds --wait waits")] = 600.0,
 ) -> None:
@@ -191,14 +232,14 @@ def ask(
         job = producer.follow_up(conversation, question, tenant=tenant or producer.settings.cli_tenant,
                                  config=config.read_text() if config else None)
     except (ConversationNotFound, CompositionMismatch) as exc:
-        err.print(f"[red]{exc}[/]")
-        raise typer.Exit(1) from None
+        _fail(str(exc))
     except JobLineError as exc:
-        err.print(f"[red]{exc.problem}[/]")
-        raise typer.Exit(1) from None
-    console.print(f"job [bold]{job.id}[/] queued on conversation {conversation}")
+        _fail(exc.problem)
+    console.print(line("job ", (job.id, "bold"), " queued on conversation ", (conversation, "bold")), soft_wrap=True)
     if not wait:
         return
+    from .views import CITATION_STYLES, cited_label
+
     deadline = time.monotonic() + timeout
     while (result := producer.store.load_result(job.id)) is None:
         if time.monotonic() > deadline:
@@ -206,13 +247,13 @@ def ask(
             raise typer.Exit(3)
         time.sleep(0.3)
     if result.status == "failed" or not result.turns:
-        err.print(f"[red]failed[/]: {result.error.message if result.error else 'no answer'}")
-        raise typer.Exit(1)
+        _fail(f"failed: {result.error.type}: {result.error.message}" if result.error else "failed: no answer")
     turn = result.turns[-1]
-    console.print(str(turn.answer))
-    console.print(f"[bold]{turn.citation_status}[/] (question {turn.question_identity})")
+    console.print(plain(turn.answer))
+    citations = f": {len(turn.cited)} citation(s)" if turn.cited else ": nothing cited"
+    console.print(Text.assemble((turn.citation_status, f"bold {CITATION_STYLES[turn.citation_status]}"), citations))
     for cited in turn.cited:
-        console.print(f"  [{cited.chunk_id}] {cited.document_title or cited.document_uri}")
+        console.print(plain(f"  {cited_label(cited)}"), soft_wrap=True)
 
 
 @cli.command()
@@ -230,8 +271,7 @@ def worker(
     try:
         settings.signer()
     except MissingTagKeys as exc:
-        err.print(f"[red]{exc}[/]")
-        raise typer.Exit(2) from None
+        _fail(str(exc), 2)
     from worker.app import app as celery_app
     from worker.store.keys import QUEUE
 
@@ -239,6 +279,30 @@ def worker(
         "worker", "--pool", pool or settings.pool, "--concurrency", str(concurrency or settings.concurrency),
         "--queues", QUEUE, "--loglevel", loglevel, "--task-events",
     ])
+
+
+@cli.command()
+def flower(
+    address: Annotated[str, typer.Option(help="bind address")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="port")] = 5555,
+    purge_offline_workers: Annotated[
+        int | None, typer.Option(help="seconds after which stopped workers leave the list (autoscaled workers)")
+    ] = None,
+) -> None:
+    """Flower on the job queue: its task list shows each job's batch and custom id, its outcome (the
+    citation status, or the error of a failed job). Needs FLOWER_BASIC_AUTH=user:password, which
+    Flower reads from the environment (so the password is not on the command line)."""
+    from worker.tasks.celery_app import create_app
+    from worker.tasks.events import FLOWER_TASK_COLUMNS
+
+    settings = get_settings()
+    if settings.flower_basic_auth is None or not settings.flower_basic_auth.get_secret_value():
+        _fail("FLOWER_BASIC_AUTH is not set: give Flower user:password (comma-separated for several users); "
+              "without it Flower's UI and API would be open to anyone who reaches the port", 2)
+    argv = ["flower", f"--address={address}", f"--port={port}", f"--tasks_columns={FLOWER_TASK_COLUMNS}"]
+    if purge_offline_workers is not None:
+        argv.append(f"--purge_offline_workers={purge_offline_workers}")
+    create_app(settings).start(argv)
 
 
 @cli.command()
@@ -254,8 +318,7 @@ def api(
     try:
         application = create_api(get_settings())
     except RuntimeError as exc:
-        err.print(f"[red]{exc}[/]")
-        raise typer.Exit(2) from None
+        _fail(str(exc), 2)
     uvicorn.run(application, host=host, port=port)
 
 
@@ -285,5 +348,17 @@ register_chat(cli)
 
 
 def main() -> None:
-    """The `grounded` console script."""
-    cli()
+    """The `grounded` console script. A command that cannot reach Redis says so in one line naming
+    the URL, and exits 1, whichever command it was."""
+    try:
+        cli()
+    except Exception as exc:
+        from worker.redaction import url_without_password
+        from worker.store.outages import REDIS_UNAVAILABLE
+
+        if not isinstance(exc, REDIS_UNAVAILABLE):
+            raise
+        reason = " ".join(str(exc).split()) or type(exc).__name__
+        url = url_without_password(get_settings().redis_url)
+        typer.echo(f"cannot reach Redis at {url} (GROUNDED_REDIS_URL): {reason}", err=True)
+        sys.exit(1)

@@ -105,7 +105,7 @@ def submit_arms(
     Repeats interleave the arms (off, on, off, on, ...) so that drift in a shared endpoint falls on both."""
     reports = {}
     for arm in arms:
-        report = producer.validate(lines, arm.config_text)
+        report = producer.validate(lines, arm.config_text, tenant=tenant)
         if not report.ok:
             problems = "; ".join(str(e) for e in report.errors[:10])
             raise ExperimentError(f"arm {arm.name!r}: {problems}")

@@ -8,6 +8,7 @@ Both the producers (at submission) and the worker (at build time) read configs t
 from __future__ import annotations
 
 import re
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ COMPACTOR = "EvidenceCompactionCapability"
 
 _CORPUS_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
 CORPUS_SUFFIX = ".sqlite"
+ANY = "*"  # GROUNDED_TENANT_CORPORA: as a tenant, every tenant not listed; as a corpus, every corpus served
 
 
 class CompositionError(ValueError):
@@ -135,6 +137,27 @@ def known_corpora(corpora_dir: Path) -> list[str]:
     if not corpora_dir.is_dir():
         return []
     return sorted(p.name[: -len(CORPUS_SUFFIX)] for p in corpora_dir.glob(f"*{CORPUS_SUFFIX}") if p.is_file())
+
+
+def corpora_for(tenant: str, scopes: Mapping[str, Collection[str]], served: Collection[str] | None) -> list[str] | None:
+    """H13. The corpus names `tenant` may name: the served corpora its scope lists (every corpus when
+    the operator scoped none). None when nothing can be said here: no scopes, and no view of what is
+    served (an API on another machine), which leaves the check to the workers."""
+    if not scopes:
+        return None if served is None else sorted(served)
+    allowed = set(scopes.get(tenant, scopes.get(ANY, ())))
+    if ANY in allowed:
+        return None if served is None else sorted(served)
+    return sorted(allowed if served is None else allowed & set(served))
+
+
+def check_corpora(composition: Composition, available: Collection[str]) -> None:
+    """H13. A corpus outside `available` is refused with the names that are: for a scoped tenant
+    those are only its own, and a corpus it may not use reads as one not served at all, so a tenant
+    learns nothing of another's corpora."""
+    for name in sorted(composition.corpora - set(available)):
+        listing = ", ".join(sorted(available)) or "none"
+        raise CompositionError(f"corpus {name!r} is not served here; known: {listing}")
 
 
 def corpus_path(corpora_dir: Path, name: str) -> Path:

@@ -21,6 +21,7 @@ from .composition import Composition, CompositionError, read_composition
 from .problems import problem
 
 JobKind = Literal["question", "conversation", "follow_up"]
+CitationStatus = Literal["grounded", "ungrounded", "missing"]  # L10: what grounds one answer
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _WORKER_SETTINGS = frozenset(f"GROUNDED_{name.upper()}" for name in Settings.model_fields)
@@ -161,6 +162,7 @@ class CitedChunk(BaseModel):
     document_title: str | None = None
     content: str = ""
     page_numbers: list[int] = Field(default_factory=list)  # where the chunk sits, for citations a reader can follow
+    headings: list[str] = Field(default_factory=list)  # the section it sits in, outermost first
     retrieved_this_question: bool = False
 
 
@@ -175,7 +177,7 @@ class TurnResult(BaseModel):
     question_identity: int
     question_text: str
     answer: str | dict[str, Any] | list[Any] | None
-    citation_status: Literal["missing", "grounded", "ungrounded"]
+    citation_status: CitationStatus
     declared_refs: list[dict[str, str]] = Field(default_factory=list)
     cited: list[CitedChunk] = Field(default_factory=list)
     redirects: int = 0

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from functools import partial
@@ -38,7 +38,10 @@ from worker.jobs.composition import (
     READER,
     Composition,
     CompositionError,
+    check_corpora,
+    corpora_for,
     corpus_path,
+    known_corpora,
 )
 from worker.jobs.models import JobConfig, JobKind
 
@@ -196,15 +199,23 @@ class AgentCache:
     no run state (E2) and opens its corpora per run, so one instance serves concurrent jobs."""
 
     def __init__(
-        self, *, signer: TagSigner, corpora_dir: Path, max_size: int = 64, embedders: EmbedderCache | None = None
+        self, *, signer: TagSigner, corpora_dir: Path, max_size: int = 64, embedders: EmbedderCache | None = None,
+        tenant_corpora: Mapping[str, Sequence[str]] | None = None,
     ) -> None:
         self.signer, self.corpora_dir, self.max_size = signer, corpora_dir, max_size
         self.embedders = embedders or EmbedderCache()
         self.graphs = VectorIndexCache()
+        self.tenant_corpora = dict(tenant_corpora or {})  # GROUNDED_TENANT_CORPORA (H13)
         self._agents: OrderedDict[tuple[str, bool], BuiltAgent] = OrderedDict()
         self._lock = threading.Lock()
 
-    def get(self, config: JobConfig, kind: JobKind) -> BuiltAgent:
+    def get(self, config: JobConfig, kind: JobKind, *, tenant: str | None = None) -> BuiltAgent:
+        """The agent for a job of `tenant`, whose corpora are checked on every job (H13): a cached
+        agent is shared by every tenant whose config is the same, and must serve only those allowed."""
+        if tenant is not None and self.tenant_corpora:
+            available = corpora_for(tenant, self.tenant_corpora, known_corpora(self.corpora_dir))
+            assert available is not None, "a worker sees what it serves"
+            check_corpora(config.composition, available)
         key = (config.digest(), kind == "question")
         with self._lock:
             if key in self._agents:

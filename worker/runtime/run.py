@@ -191,7 +191,7 @@ async def run_job(
     timeout_s = timeout_s or config.run.timeout_s
     try:
         async with asyncio.timeout(timeout_s):
-            built = runtime.agents.get(config, job.kind)
+            built = runtime.agents.get(config, job.kind, tenant=batch.tenant)
             model = runtime.models.get(config)
             for prompt in job.prompts()[len(checkpoint.turns) :]:
                 answered = await run_turn(

@@ -62,6 +62,7 @@ def _cited(
         document_title=citation.get("document_title"),
         content=citation.get("content", ""),
         page_numbers=list(citation.get("page_numbers") or []),
+        headings=list(citation.get("headings") or []),
         retrieved_this_question=occurrence is not None and q in occurrence.retrieved_in_questions,
     )
 

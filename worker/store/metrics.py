@@ -3,8 +3,8 @@
 Workers are separate processes on separate machines, so a counter in one process's memory would
 show only that process: each worker adds what a finished job did to counters in Redis, once per job
 (on the write that first counted it), and any API replica reads those, the Celery queue and its
-oldest job. Labels come only from fixed sets (queue, status, kind, direction), never from ids, so
-the number of series stays bounded however many jobs run.
+oldest job. Labels come only from fixed sets (queue, status, kind, citation status, direction),
+never from ids, so the number of series stays bounded however many jobs run.
 """
 
 from __future__ import annotations
@@ -21,13 +21,14 @@ from pydantic_ai.messages import (
     ModelResponse,
 )
 
-from worker.jobs.models import Job, JobKind, JobResult
+from worker.jobs.models import CitationStatus, Job, JobKind, JobResult
 
 from .keys import METRICS_KEY, UNACKED_KEY
 from .results import ResultsStore
 
 FINISHED = ("succeeded", "failed", "cancelled")
 KINDS: tuple[str, ...] = get_args(JobKind)
+CITATION_STATUSES: tuple[str, ...] = get_args(CitationStatus)
 DIRECTIONS = ("input", "output")
 
 MODEL_REQUEST = "model_request"
@@ -59,6 +60,7 @@ def request_latencies(messages: Sequence[ModelMessage]) -> list[float]:
 class JobObservation:
     status: str
     kind: str
+    citation_statuses: tuple[str, ...] = ()  # one per question answered (committed turns of a failed job too)
     redirects: int = 0
     violations: int = 0
     model_requests: int = 0
@@ -75,6 +77,7 @@ def observe(result: JobResult) -> JobObservation:
     return JobObservation(
         status=result.status,
         kind=result.kind,
+        citation_statuses=tuple(t.citation_status for t in result.turns),
         redirects=sum(t.redirects for t in result.turns),
         violations=sum(t.violation for t in result.turns),
         model_requests=sum(t.n_requests for t in result.turns),
@@ -96,6 +99,9 @@ def _bucket_field(histogram: str, value: float) -> str | None:
 def increments(observation: JobObservation) -> dict[str, float]:
     """The hash fields one finished job adds to."""
     fields: dict[str, float] = {f"jobs:{observation.status}:{observation.kind}": 1}
+    for citation_status in observation.citation_statuses:
+        name = f"answers:{citation_status}"
+        fields[name] = fields.get(name, 0) + 1
     for name, value in (
         ("redirects", observation.redirects),
         ("violations", observation.violations),

@@ -1,5 +1,5 @@
 """What redis-py and kombu raise while Redis is down or restarting: one tuple for every caller that
-turns an outage into something other than a crash (the task requeues its job, the API answers 503)."""
+turns an outage into something other than a crash (the task requeues its job, the API answers 503, the CLI prints one line)."""
 
 import redis
 from kombu.exceptions import OperationalError

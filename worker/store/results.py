@@ -38,6 +38,9 @@ from .keys import (
 
 EVENTS_MAXLEN = 100_000
 _COMPRESSED = b"z:"
+# a stream holds only strings; these event fields are numbers to whoever reads them (the API's JSON)
+EVENT_NUMBERS: dict[str, type[int] | type[float]] = {"total": int, "delay_s": float}
+EventValue = str | int | float
 
 JobState = Literal["queued", "running", "succeeded", "failed", "cancelled"]
 
@@ -330,12 +333,14 @@ class ResultsStore:
         for raw in self.iter_results_raw(batch_id):
             yield JobResult.model_validate_json(raw)
 
-    def events(self, batch_id: str, *, after: str | None = None, count: int = 1000) -> list[tuple[str, dict[str, str]]]:
+    def events(self, batch_id: str, *, after: str | None = None,
+               count: int = 1000) -> list[tuple[str, dict[str, EventValue]]]:
         start = "-" if after is None else event_id_after(after)
         if start is None:
             return []
         entries = self.redis.xrange(self.key(BATCH_EVENTS_KEY, batch_id=batch_id), min=start, count=count)
-        return [(eid.decode(), {k.decode(): v.decode() for k, v in fields.items()}) for eid, fields in entries]
+        return [(eid.decode(), {k.decode(): _event_value(k.decode(), v.decode()) for k, v in fields.items()})
+                for eid, fields in entries]
 
     def tenant_batches(self, tenant: str, *, limit: int = 100) -> list[str]:
         ids = self.redis.zrevrange(self.key(TENANT_BATCHES_KEY, tenant=tenant), 0, limit - 1)
@@ -353,6 +358,16 @@ class ResultsStore:
         if keys:
             removed += self.redis.delete(*keys)
         return removed
+
+
+def _event_value(name: str, text: str) -> EventValue:
+    number = EVENT_NUMBERS.get(name)
+    if number is None:
+        return text
+    try:
+        return number(text)
+    except ValueError:  # written by an older version in another shape: shown as it is
+        return text
 
 
 STREAM_ID_PART_MAX = 2**64 - 1

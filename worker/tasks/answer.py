@@ -1,7 +1,9 @@
 """The Celery task: thin. Receive a job id, then load, run (`worker.runtime`) and store (`worker.store`).
 
 Only the id travels, so a redelivered or retried task re-reads the job and its batch. One failing
-job never fails its batch: every outcome, failure included, is written as that job's result.
+job never fails its batch: every outcome, failure included, is written as that job's result, and
+only then does the task report it to Celery: a succeeded job returns its citation status, a failed
+one raises `JobFailed` (H12), which Celery acknowledges like any finished task.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from worker.store.conversations import ConversationStore
 from worker.store.metrics import record_cancelled, record_finished
 
 from .celery_app import ANSWER_JOB
-from .events import turn_progress
+from .events import JobFailed, outcome_text, task_labels, turn_progress
 from .logs import bind_attempt, job_context
 from .process import ProcessWorker, WorkerLost, process_worker, retry_delay, run_in_process_loop
 from .requeue import requeue_when_redis_is_down
@@ -27,7 +29,8 @@ from .requeue import requeue_when_redis_is_down
 log = structlog.get_logger()
 
 
-@shared_task(bind=True, name=ANSWER_JOB, max_retries=None)
+# `throws`: a failed job is an expected outcome, logged in one line without a traceback
+@shared_task(bind=True, name=ANSWER_JOB, max_retries=None, throws=(JobFailed,))
 @requeue_when_redis_is_down
 def answer_job(self: Task, job_id: str, lock_waits: int = 0) -> str:
     worker = process_worker()
@@ -35,7 +38,8 @@ def answer_job(self: Task, job_id: str, lock_waits: int = 0) -> str:
     batch = worker.store.load_batch(job.batch_id) if job is not None else None
     if job is None or batch is None:
         log.error("job_missing", job_id=job_id)
-        return "missing"
+        raise JobFailed(f"JobMissing: job {job_id!r} or its batch is not in the results store "
+                        "(deleted, or another deployment's key prefix)")
     with job_context(job, batch):
         if worker.store.cancel_requested(batch.id):
             if worker.store.mark_cancelled(job, total=batch.total):
@@ -48,7 +52,8 @@ def answer_job(self: Task, job_id: str, lock_waits: int = 0) -> str:
             if lock is None:  # H5: another job of this conversation runs, or is ahead in line
                 delay = retry_delay(lock_waits, None, worker.settings)
                 log.info("conversation_busy", delay_s=round(delay, 2))
-                raise self.retry(countdown=delay, max_retries=None, kwargs={"lock_waits": lock_waits + 1})
+                raise self.retry(countdown=delay, max_retries=None, kwargs={"lock_waits": lock_waits + 1},
+                                 **task_labels(job))
         try:
             return _answer(self, worker, job, batch, lock_waits)
         finally:
@@ -72,7 +77,7 @@ def _answer(task: Task, worker: ProcessWorker, job: Job, batch: Batch, lock_wait
             delay = retry_delay(retries, exc.retry_after, worker.settings)
             worker.store.note_retry(job, delay_s=delay, error=str(exc))
             log.warning("job_retrying", error=str(exc), delay_s=round(delay, 2), attempts=attempts)
-            raise task.retry(countdown=delay, max_retries=None) from None
+            raise task.retry(countdown=delay, max_retries=None, **task_labels(job)) from None
         result = failed_result(job, batch, exc, attempts=attempts, started_at=started_at, checkpoint=exc.committed)
     except (RunTimedOut, WorkerLost) as exc:
         result = failed_result(job, batch, exc, attempts=attempts, started_at=started_at)
@@ -89,4 +94,6 @@ def _answer(task: Task, worker: ProcessWorker, job: Job, batch: Batch, lock_wait
         attempts=result.attempts,
         model=result.model,
     )
-    return result.status
+    if result.status == "failed":
+        raise JobFailed.of(result)  # H12: after the result is stored and counted
+    return outcome_text(result)

@@ -35,6 +35,10 @@ def create_app(settings: Settings) -> Celery:
         task_acks_late=True,
         # a prefork child that dies mid-job has its job requeued at once instead of acknowledged
         task_reject_on_worker_lost=True,
+        # a failed job's task raises JobFailed after its result is stored (H12): that is an outcome,
+        # acknowledged like a success, never redelivered (Celery's default, stated because acks_late
+        # readers ask)
+        task_acks_on_failure_or_timeout=True,
         # an idle worker can take what a busy one would otherwise hoard
         worker_prefetch_multiplier=1,
         # only job ids travel (jobs are re-read from the store), as JSON

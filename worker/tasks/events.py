@@ -1,8 +1,12 @@
-"""What Celery's event stream (and so Flower) shows of a job: readable arguments and turn progress.
+"""What Celery's event stream (and so Flower) shows of a job: readable arguments, its outcome and
+turn progress.
 
 Only the job id travels in a task, which tells an operator nothing; the labels name the batch and
-the custom_id beside it. A conversation can run for minutes, so each committed turn sends a
-`task-progress` event: Flower shows the task in state PROGRESS with "k/n turns answered" as its
+the custom_id beside it, on every delivery (a retry sends a new message, which must carry them
+again). A job's outcome is the task's: a succeeded job's task result is its citation status, and a
+failed job's task fails with the job's error type and message (H12), so Flower's counts, badges and
+exception column tell the truth. A conversation can run for minutes, so each committed turn sends
+a `task-progress` event: Flower shows the task in state PROGRESS with "k/n turns answered" as its
 result until it finishes. Celery's result backend is off (results live in our store), so
 `update_state` has nowhere to write; events are the channel Flower reads.
 """
@@ -18,13 +22,16 @@ from celery import Celery, Task
 from kombu.exceptions import KombuError
 from redis import RedisError
 
-from worker.jobs.models import Job
+from worker.jobs.models import Job, JobResult
 
 if TYPE_CHECKING:
     from worker.runtime.run import Checkpoint, Commit
 
 PROGRESS_EVENT = "task-progress"  # Flower files it under the custom state PROGRESS
 PROGRESS_STATE = "PROGRESS"
+# Flower's task list (`grounded flower`): its default shows only name, id, state, times and worker,
+# so a batch's jobs, their custom ids and outcomes could not be found there
+FLOWER_TASK_COLUMNS = "name,uuid,state,kwargs,result,exception,received,runtime,retries,worker"
 
 log = structlog.get_logger()
 
@@ -35,6 +42,24 @@ def task_labels(job: Job) -> dict[str, str]:
         "argsrepr": repr((job.id,)),
         "kwargsrepr": repr({"batch_id": job.batch_id, "custom_id": job.custom_id, "kind": job.kind}),
     }
+
+
+class JobFailed(Exception):
+    """H12. Raised by the task after a failed job's result is stored and counted: the task is a Celery
+    FAILURE (acknowledged, not redelivered: a failure is an outcome) whose exception names the job's
+    error type and message, instead of a SUCCESS that hides it. Its one argument is that text, so it
+    pickles like any exception."""
+
+    @classmethod
+    def of(cls, result: JobResult) -> JobFailed:
+        error = result.error
+        return cls(f"{error.type}: {error.message}" if error else "the job failed without an error")
+
+
+def outcome_text(result: JobResult) -> str:
+    """A succeeded job's task result: the citation status of each question it answered, in order."""
+    statuses = ", ".join(turn.citation_status for turn in result.turns)
+    return f"{result.status}: {statuses}" if statuses else result.status
 
 
 def progress_text(done: int, total: int) -> str:

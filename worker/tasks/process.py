@@ -46,7 +46,7 @@ def _make_process_worker() -> ProcessWorker:
                                   compress_over=settings.compress_over_bytes)
     runtime = Runtime(
         agents=AgentCache(signer=signer, corpora_dir=settings.corpora_dir,
-                          embedders=EmbedderCache.from_settings(settings)),
+                          embedders=EmbedderCache.from_settings(settings), tenant_corpora=settings.tenant_corpora),
         models=ModelCache(allowlist=settings.model_allowlist, endpoint_key_bindings=settings.endpoint_key_bindings),
         signer=signer,
     )
