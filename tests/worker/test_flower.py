@@ -1,5 +1,6 @@
-"""Flower against the real test Redis and a real worker: it sees the worker, shows each job's task
-by its `grounded.` name with readable arguments, and shows a conversation's turns as PROGRESS."""
+"""Flower (`grounded flower`) against the real test Redis and a real worker: it sees the worker,
+shows each job's task by its `grounded.` name with its batch and custom id, a conversation's turns
+as PROGRESS, a succeeded job's citation status and a failed job as a FAILURE with its error (H12)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from tests.conftest import REPO, RedisSpace, worker_env
 from tests.worker.conftest import (
     FAKE_KEY,
     FAKE_KEY_ENV,
+    MISSING_KEY_ENV,
     PASSAGES,
     Cluster,
     question_config,
@@ -32,7 +34,7 @@ from worker.store.embedded import free_port
 from worker.store.keys import QUEUE
 from worker.store.metrics import read_snapshot
 from worker.tasks.celery_app import ANSWER_JOB
-from worker.tasks.events import PROGRESS_STATE, progress_text, task_labels
+from worker.tasks.events import FLOWER_TASK_COLUMNS, PROGRESS_STATE, progress_text, task_labels
 from worker.tasks.worker_process import WorkerProcess
 
 AUTH = ("ops", "flower-test-password")
@@ -68,16 +70,17 @@ def holding_openai() -> Iterator[HoldingOpenAI]:
 @pytest.fixture
 def flower_and_worker(redis_space: RedisSpace, data_dir: Path, tmp_path: Path,
                       worker_process: Callable[..., WorkerProcess]) -> Iterator[tuple[str, WorkerProcess]]:
-    """`celery -A worker.app flower` with basic auth, configured only by the environment a worker gets."""
-    env = worker_env(redis_space, data_dir, **{FAKE_KEY_ENV: FAKE_KEY})
+    """`grounded flower` as shipped, configured only by the environment a worker gets, plus Flower's
+    own FLOWER_BASIC_AUTH (no password on its command line)."""
+    env = worker_env(redis_space, data_dir, **{FAKE_KEY_ENV: FAKE_KEY, MISSING_KEY_ENV: None})
     worker = worker_process(env, wait=False)
     port = free_port()
     log = tmp_path / "flower.log"
     with log.open("wb") as handle:
         flower = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "worker.app", "flower", "--address=127.0.0.1", f"--port={port}",
-             f"--basic-auth={AUTH[0]}:{AUTH[1]}"],
-            cwd=REPO, env=env, stdout=handle, stderr=subprocess.STDOUT,
+            [sys.executable, "-m", "worker.cli", "flower", "--address", "127.0.0.1", "--port", str(port)],
+            cwd=REPO, env={**env, "FLOWER_BASIC_AUTH": f"{AUTH[0]}:{AUTH[1]}"}, stdout=handle,
+            stderr=subprocess.STDOUT,
         )
     url = f"http://127.0.0.1:{port}"
     try:
@@ -163,8 +166,75 @@ def test_flower_shows_the_worker_and_a_conversation_task_with_its_progress(
     finished = poll_task(url, job_id, lambda info: info["state"] == "SUCCESS")
     assert cluster.wait(batch_id).succeeded == 1
     assert finished["name"].startswith("grounded.") and finished["worker"] == worker.name
-    assert finished["result"] == repr("succeeded")
+    [result] = cluster.store.iter_results(batch_id)
+    statuses = ", ".join(turn.citation_status for turn in result.turns)   # each turn's, in order
+    assert len(result.turns) == 2 and finished["result"] == repr(f"succeeded: {statuses}")
 
     listed = api(url, "/api/tasks?limit=20")
     assert listed[job_id]["name"] == ANSWER_JOB and listed[job_id]["state"] == "SUCCESS"
+    producer.app.close()
+
+
+def task_list(url: str) -> list[dict]:
+    """What Flower's /tasks page shows: the rows its table fetches, newest first."""
+    params = {"draw": 1, "start": 0, "length": 100, "search[value]": "", "order[0][column]": 0,
+              "order[0][dir]": "desc", "columns[0][data]": "received"}
+    response = httpx2.get(f"{url}/tasks/datatable", params=params, auth=AUTH, timeout=10)
+    assert response.status_code == 200, response.text
+    return response.json()["data"]
+
+
+def test_H12_a_failed_job_is_a_flower_failure_with_its_error_and_every_task_shows_batch_and_custom_id(
+    flower_and_worker: tuple[str, WorkerProcess], redis_space: RedisSpace, data_dir: Path, fake_openai: FakeOpenAI,
+) -> None:
+    """A job that fails (ModelUnavailable: its key variable is not set on the worker) is a Celery
+    FAILURE carrying the error type and message, while its result is stored, counted once, its batch
+    goes on and its task is acknowledged, not redelivered. A job retried after two 429s keeps its
+    labels, and succeeds with its citation status as the task result."""
+    url, worker = flower_and_worker
+    assert worker.name in workers_seen(url, worker.name)
+    producer = Producer(settings_for(redis_space, data_dir))
+    cluster = Cluster(redis_space, worker, producer)
+    endpoint = {"base_url": fake_openai.base_url, "api_key_env": FAKE_KEY_ENV}
+    failing = cluster.submit([{"custom_id": f"nokey-{i}", "question": "When does the observatory open?"}
+                              for i in range(2)],
+                             question_config(PASSAGES, model="fake-model",
+                                             endpoint={**endpoint, "api_key_env": MISSING_KEY_ENV}))
+    flaky = cluster.submit([{"custom_id": "flaky-hours", "question": "[flaky:flw1] When does the observatory open?"}],
+                           question_config(PASSAGES, model="fake-model", endpoint=endpoint))
+    failed_ids, [flaky_id] = cluster.store.job_ids(failing), cluster.store.job_ids(flaky)
+
+    for job_id in failed_ids:
+        info = poll_task(url, job_id, lambda info: info["state"] == "FAILURE")
+        assert info["exception"].startswith(("JobFailed('ModelUnavailable: ", 'JobFailed("ModelUnavailable: '))
+        assert f"names '{MISSING_KEY_ENV}', which is not set" in info["exception"]
+    progress = cluster.wait(failing)
+    assert (progress.failed, progress.succeeded, progress.state) == (2, 0, "completed")   # the batch went on
+    results = list(cluster.store.iter_results(failing))
+    assert [(r.status, r.error.type if r.error else None, r.attempts) for r in results] == [
+        ("failed", "ModelUnavailable", 1)] * 2
+    assert read_snapshot(cluster.store, [QUEUE], time.time()).counters["jobs:failed:question"] == 2
+
+    succeeded = poll_task(url, flaky_id, lambda info: info["state"] == "SUCCESS")
+    assert succeeded["result"] == repr("succeeded: grounded") and succeeded["retries"] == 2
+    assert "'custom_id': 'flaky-hours'" in succeeded["kwargs"] and flaky in succeeded["kwargs"]
+
+    deadline = time.monotonic() + 20   # acknowledged: nothing left reserved, nothing queued again
+    while (snapshot := read_snapshot(cluster.store, [QUEUE], time.time())).reserved:
+        assert time.monotonic() < deadline, "a finished job's task was never acknowledged"
+        time.sleep(0.2)
+    assert snapshot.queues[QUEUE].depth == 0
+    events = [fields["event"] for _, fields in cluster.store.events(failing)]
+    assert (events.count("job_started"), events.count("job_finished")) == (2, 2)
+
+    page = httpx2.get(f"{url}/tasks", auth=AUTH, timeout=10).text
+    for header in ("kwargs", "Result", "Exception"):
+        assert f">{header}<" in page, f"the task list has no {header} column"
+    assert FLOWER_TASK_COLUMNS.split(",")[:3] == ["name", "uuid", "state"]
+    rows = {row["uuid"]: row for row in task_list(url)}
+    for job_id, batch_id, custom_id in [(failed_ids[0], failing, "nokey-0"), (failed_ids[1], failing, "nokey-1"),
+                                        (flaky_id, flaky, "flaky-hours")]:
+        assert batch_id in rows[job_id]["kwargs"] and f"'custom_id': '{custom_id}'" in rows[job_id]["kwargs"]
+    assert [rows[j]["state"] for j in failed_ids] == ["FAILURE", "FAILURE"]
+    assert set(api(url, "/api/tasks?state=FAILURE")) == set(failed_ids)
     producer.app.close()
