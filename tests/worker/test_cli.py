@@ -1,9 +1,15 @@
-"""The `grounded` command: batch commands against the session worker, and the demo end to end."""
+"""The `grounded` command: batch commands against the session worker, and the demo end to end.
+
+What a user reads is checked through the real command: in-process (typer's runner) where the
+output's destination does not matter, as a subprocess on a pipe or on a pseudo-terminal where it does.
+"""
 
 from __future__ import annotations
 
 import json
 import os
+import pty
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -16,6 +22,7 @@ from tests.conftest import REPO, TEST_TAG_KEY, RedisServer
 from tests.worker.conftest import Cluster
 from worker.cli import cli
 from worker.settings import get_settings
+from worker.store.embedded import free_port
 
 runner = CliRunner()
 CONFIG = "agent:\n  model: extractive\n  capabilities:\n    - PassageSearchCapability: {corpus: handbook}\n"
@@ -26,6 +33,8 @@ def cli_env(cluster: Cluster, data_dir: Path, monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setenv("GROUNDED_REDIS_URL", cluster.space.url)
     monkeypatch.setenv("GROUNDED_KEY_PREFIX", cluster.space.prefix)
     monkeypatch.setenv("GROUNDED_DATA_DIR", str(data_dir))
+    monkeypatch.setenv("GROUNDED_TAG_KEYS", TEST_TAG_KEY)
+    monkeypatch.setenv("COLUMNS", "200")
     get_settings.cache_clear()
     yield
     get_settings.cache_clear()
@@ -43,7 +52,7 @@ def test_submit_wait_status_and_results(cli_env: None, tmp_path: Path) -> None:
     config = write(tmp_path, "job.yaml", CONFIG)
     submitted = runner.invoke(cli, ["submit", str(questions), "--config", str(config), "--wait", "--timeout", "30"])
     assert submitted.exit_code == 0, submitted.output
-    batch_id = submitted.output.split("batch ", 1)[1].split(":", 1)[0].strip()
+    batch_id = batch_of(submitted.output)
     assert "succeeded" in submitted.output
     status = runner.invoke(cli, ["status", batch_id])
     assert status.exit_code == 0 and "completed" in status.output
@@ -78,6 +87,132 @@ def test_demo_prints_results_and_writes_jsonl(redis_server: RedisServer, tmp_pat
     results = [json.loads(line) for line in out.read_text().splitlines()]
     questions = (REPO / "examples" / "questions.jsonl").read_text().splitlines()
     assert len(results) == len([q for q in questions if q.strip()])
+    cited = [c for r in results for t in r["turns"] for c in t["cited"]]
+    assert cited and all(f"[{c['chunk_id'][:8]}]" in demo.stdout for c in cited)   # not eaten as markup
+    answers = sum(len(r["turns"]) for r in results)
+    assert answers > len(results), "the sample batch holds a conversation"
+    assert f"{len(results)} jobs: {len(results)} succeeded, 0 failed. {answers} answers" in demo.stdout
+    assert "identity" not in demo.stdout   # the history position is no user's business
     assert all(r["status"] == "succeeded" and r["model"] == "extractive" for r in results)
     assert {r["turns"][0]["citation_status"] for r in results} <= {"grounded", "ungrounded"}
     assert not list(redis_server.client().scan_iter(match="grounded-demo:*"))
+
+
+def batch_of(output: str) -> str:
+    return output.split("batch ", 1)[1].split(":", 1)[0].strip()
+
+
+def grounded(*args: str, tty: bool = False, env: dict[str, str] | None = None) -> tuple[int, str, str]:
+    """The real `grounded` command as a subprocess; on a pseudo-terminal when `tty` (stdout and
+    stderr both, as a user's shell gives it)."""
+    command = [sys.executable, "-m", "worker.cli", *args]
+    environ = {**os.environ, **(env or {})}
+    if not tty:
+        done = subprocess.run(command, cwd=REPO, env=environ, capture_output=True, text=True, timeout=120)
+        return done.returncode, done.stdout, done.stderr
+    controller, terminal = pty.openpty()
+    process = subprocess.Popen(command, cwd=REPO, env=environ, stdout=terminal, stderr=terminal)
+    os.close(terminal)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(controller, 65536)
+        except OSError:  # EIO: the other side closed
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(controller)
+    code = process.wait(timeout=120)
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", b"".join(chunks).decode(errors="replace"))
+    return code, text.replace("\r\n", "\n"), ""
+
+
+BATCH = [{"custom_id": "hours", "question": "When does the observatory open?"},
+         {"custom_id": "talk", "turns": ["When does the observatory open?", "How large is the reflector mirror?"]}]
+
+
+@pytest.fixture
+def answered(cli_env: None, cluster: Cluster, tmp_path: Path) -> tuple[str, str]:
+    """A question and a conversation submitted with `submit --wait`; returns (batch id, its output)."""
+    questions = write(tmp_path, "q.jsonl", "".join(json.dumps(line) + "\n" for line in BATCH))
+    config = write(tmp_path, "job.yaml", CONFIG)
+    submitted = runner.invoke(cli, ["submit", str(questions), "--config", str(config), "--wait", "--timeout", "60"])
+    assert submitted.exit_code == 0, submitted.output
+    return batch_of(submitted.output), submitted.output
+
+
+def test_submit_wait_ends_with_the_answers_and_names_the_conversation(answered: tuple[str, str],
+                                                                      cluster: Cluster) -> None:
+    batch_id, output = answered
+    results = {r.custom_id: r for r in cluster.store.iter_results(batch_id)}
+    conversation_id = results["talk"].conversation_id
+    assert conversation_id and f"conversation talk: {conversation_id}" in output
+    assert output.index(f"conversation talk: {conversation_id}") < output.index("Results")
+    for header in ("custom id", "status", "citation", "cited", "answer"):
+        assert header in output
+    assert "talk · turn 2" in output and "3 answers" in output and "2 jobs: 2 succeeded, 0 failed" in output
+    cited = results["hours"].turns[0].cited[0]
+    assert f"[{cited.chunk_id[:8]}] {cited.document_title}" in output   # the id in brackets, not eaten as markup
+
+
+def test_results_is_a_table_on_a_terminal_and_jsonl_into_a_pipe(answered: tuple[str, str], cluster: Cluster) -> None:
+    batch_id, _ = answered
+    code, on_terminal, _ = grounded("results", batch_id, tty=True)
+    assert code == 0, on_terminal
+    assert "custom id" in on_terminal and "hours" in on_terminal and "grounded" in on_terminal
+    assert '"job_id"' not in on_terminal and "--format jsonl" in on_terminal
+    code, piped, err = grounded("results", batch_id)
+    assert code == 0, err
+    assert [json.loads(line)["custom_id"] for line in piped.splitlines()] == ["hours", "talk"]
+    forced = runner.invoke(cli, ["results", batch_id, "--format", "table"])
+    assert forced.exit_code == 0 and "talk · turn 1" in forced.output and '"job_id"' not in forced.output
+
+
+def test_batch_ids_stay_whole_in_titles_on_a_narrow_terminal(answered: tuple[str, str]) -> None:
+    batch_id, _ = answered
+    code, status, _ = grounded("status", batch_id, env={"COLUMNS": "50"})
+    assert code == 0 and f"Batch {batch_id}" in status.splitlines()
+    assert "tenant" in status and "local" in status
+
+
+def test_ask_prints_chunk_ids_and_no_internal_question_numbers(answered: tuple[str, str], cluster: Cluster) -> None:
+    batch_id, _ = answered
+    conversation_id = next(r.conversation_id for r in cluster.store.iter_results(batch_id) if r.custom_id == "talk")
+    assert conversation_id is not None
+    asked = runner.invoke(cli, ["ask", "--conversation", conversation_id, "When does the observatory open?"])
+    assert asked.exit_code == 0, asked.output
+    [job_id] = re.findall(r"job (job_\w+) queued", asked.output)
+    result = cluster.store.load_result(job_id)
+    assert result is not None and result.turns[0].cited
+    for cited in result.turns[0].cited:
+        assert f"[{cited.chunk_id[:8]}] {cited.document_title}" in asked.output
+    assert "question " not in asked.output and "identity" not in asked.output
+
+
+def test_error_text_from_a_user_is_printed_as_it_is(cli_env: None, tmp_path: Path) -> None:
+    """A problem quoting the user's own `[...]` keeps it: messages are never read as markup."""
+    questions = write(tmp_path, "q.jsonl", '{"custom_id": "a", "question": "fine", "[b]extra": 1}\n')
+    rejected = runner.invoke(cli, ["submit", str(questions), "--config", str(write(tmp_path, "job.yaml", CONFIG))])
+    assert rejected.exit_code == 1 and "unknown keys ['[b]extra']" in rejected.output
+    refused = runner.invoke(cli, ["ingest", str(REPO / "tests" / "fixtures" / "corpus"), "--corpus", "[red]x"])
+    assert refused.exit_code == 2 and "corpus '[red]x' is not a corpus name" in refused.output
+
+
+@pytest.mark.parametrize("command", [
+    ["submit", "Q", "--config", "C"], ["status", "batch_x"], ["results", "batch_x"], ["cancel", "batch_x"],
+    ["ask", "--conversation", "job_x", "q"], ["compare", "batch_x"], ["experiment", "Q", "--arm", "on=C"],
+    ["demo", "-o", "OUT"],
+])
+def test_a_command_that_cannot_reach_redis_says_so_in_one_line(command: list[str], tmp_path: Path) -> None:
+    questions = write(tmp_path, "q.jsonl", '{"custom_id": "a", "question": "When does the observatory open?"}\n')
+    config = write(tmp_path, "job.yaml", CONFIG)
+    paths = {"Q": str(questions), "C": str(config), "on=C": f"on={config}", "OUT": str(tmp_path / "out.jsonl")}
+    url = f"redis://127.0.0.1:{free_port()}/0"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GROUNDED_")}
+    env.update(GROUNDED_REDIS_URL=url, GROUNDED_TAG_KEYS=TEST_TAG_KEY, GROUNDED_DATA_DIR=str(tmp_path))
+    done = subprocess.run([sys.executable, "-m", "worker.cli", *[paths.get(a, a) for a in command]], cwd=REPO,
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert done.stderr.splitlines() == [done.stderr.strip()] and "Traceback" not in done.stdout + done.stderr
+    assert done.stderr.startswith(f"cannot reach Redis at {url} (GROUNDED_REDIS_URL): ")
