@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -74,6 +75,46 @@ def test_jsonl_upload_with_a_yaml_config(acme: GroundedClient, tmp_path: Path) -
     assert "400 mm" in result["turns"][0]["answer"]
 
 
+@pytest.mark.parametrize("config_part", ["file", "text"], ids=["curl -F config=@job.yaml", "curl -F config=<job.yaml"])
+def test_multipart_config_may_be_a_file_part_or_a_text_part(api_url: str, config_part: str, tmp_path: Path) -> None:
+    lines = json.dumps({"custom_id": "mirror", "question": "How large is the reflector mirror?"}) + "\n"
+    config = "agent:\n  model: extractive\n  capabilities:\n    - PassageSearchCapability: {corpus: handbook}\n"
+    files = {"file": ("questions.jsonl", lines.encode(), "application/x-ndjson")}
+    data = {}
+    if config_part == "file":
+        files["config"] = ("job.yaml", config.encode(), "application/octet-stream")
+    else:
+        data["config"] = config
+    response = httpx2.post(f"{api_url}/v1/batches", files=files, data=data,
+                           headers={"Authorization": "Bearer tok-acme"}, timeout=30)
+    assert response.status_code == 201, response.text
+    with GroundedClient(api_url, "tok-acme") as client:
+        client.wait(response.json()["id"], timeout=30)
+        [result] = client.results(response.json()["id"])
+    assert "400 mm" in result["turns"][0]["answer"]
+
+
+def test_multipart_without_a_config_part_names_what_is_missing(api_url: str) -> None:
+    files = {"file": ("questions.jsonl", b'{"custom_id": "a", "question": "q"}\n', "application/x-ndjson")}
+    response = httpx2.post(f"{api_url}/v1/batches", files=files, headers={"Authorization": "Bearer tok-acme"})
+    assert response.status_code == 422
+    [error] = response.json()["detail"]
+    assert error["line"] == 0 and "no `config` part" in error["problem"] and "config=@job.yaml" in error["problem"]
+
+
+def test_docs_are_served_without_a_cdn(api_url: str) -> None:
+    """/docs and /redoc load every script, style and icon from the API itself, so they work offline."""
+    for page in ("/docs", "/redoc"):
+        html = httpx2.get(f"{api_url}{page}").text
+        assets = re.findall(r"""(?:src|href)=["']([^"']+)["']""", html)
+        assert assets, html
+        for asset in assets:
+            assert asset.startswith("/") and not asset.startswith("//"), f"{page} loads {asset} from elsewhere"
+            assert httpx2.get(f"{api_url}{asset}").status_code == 200, asset
+        assert "cdn." not in html and "fonts.googleapis" not in html
+    assert '"validatorUrl": null' in httpx2.get(f"{api_url}/docs").text
+
+
 def test_a_rejected_batch_reports_lines_and_enqueues_nothing(acme: GroundedClient, cluster: Cluster) -> None:
     before = (queue_length(cluster), acme.batches())
     lines = [{"custom_id": "ok", "question": "fine"}, "{broken", {"custom_id": "ok", "question": "dup"}]
@@ -135,6 +176,7 @@ def test_events_page_after_an_id_and_refuse_ids_redis_cannot_hold(acme: Grounded
     acme.wait(accepted["id"], timeout=30)
     events = acme.events(accepted["id"])
     assert len(events) >= 2
+    assert events[0]["event"] == "batch_submitted" and events[0]["total"] == 1   # a number, not "1"
     assert acme.events(accepted["id"], after=events[0]["id"]) == events[1:]
     assert acme.events(accepted["id"], after=events[-1]["id"]) == []
     largest = f"{STREAM_ID_PART_MAX}-{STREAM_ID_PART_MAX}"
