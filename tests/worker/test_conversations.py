@@ -117,7 +117,7 @@ def new_messages(turn: TurnResult) -> list[ModelMessage]:
 class FixedAgents:
     built: BuiltAgent
 
-    def get(self, config: JobConfig, kind: str) -> BuiltAgent:
+    def get(self, config: JobConfig, kind: str, *, tenant: str | None = None) -> BuiltAgent:
         return self.built
 
 

@@ -43,7 +43,8 @@ def test_H10_turn_fields_from_state_and_messages() -> None:
     state = {
         "passages": {
             "citation_index": {"c-1": {"chunk_id": "c-1", "document_id": "d-1", "document_uri": "doc://1",
-                                       "document_title": "One", "content": "Opens at 19:00.", "page_numbers": [2]}},
+                                       "document_title": "One", "content": "Opens at 19:00.", "page_numbers": [2],
+                                       "headings": ["Visiting", "Hours"]}},
             "evidence": {"question": 0, "in_progress": False, "latest_evidence_epoch": 1,
                          "declaration": {"question": 0, "epoch": 3,
                                          "refs": [{"capability": "passages", "chunk_id": "c-1"}]},
@@ -66,5 +67,6 @@ def test_H10_turn_fields_from_state_and_messages() -> None:
     assert turn.cited[0].model_dump() == {"capability": "passages", "chunk_id": "c-1", "document_id": "d-1",
                                           "document_uri": "doc://1", "document_title": "One",
                                           "content": "Opens at 19:00.", "page_numbers": [2],
+                                          "headings": ["Visiting", "Hours"],
                                           "retrieved_this_question": True}
     assert (turn.n_requests, turn.failed_tool_returns, len(turn.wire)) == (2, 1, 2)
