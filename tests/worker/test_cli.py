@@ -216,3 +216,33 @@ def test_a_command_that_cannot_reach_redis_says_so_in_one_line(command: list[str
     assert done.returncode == 1, done.stdout + done.stderr
     assert done.stderr.splitlines() == [done.stderr.strip()] and "Traceback" not in done.stdout + done.stderr
     assert done.stderr.startswith(f"cannot reach Redis at {url} (GROUNDED_REDIS_URL): ")
+
+
+def test_a_cited_chunk_is_labelled_with_its_page_or_else_its_section() -> None:
+    from worker.cli.views import cited_label
+    from worker.jobs.models import CitedChunk
+
+    chunk = {"capability": "passages", "chunk_id": "bcf70dce0123", "document_title": "Fares [2026]"}
+    assert cited_label(CitedChunk(**chunk, page_numbers=[4])) == "[bcf70dce] Fares [2026] · p. 4"
+    assert cited_label(CitedChunk(**chunk, page_numbers=[5, 4, 6])) == "[bcf70dce] Fares [2026] · pp. 4-6"
+    assert cited_label(CitedChunk(**chunk, headings=["Tickets", "Single"])) == "[bcf70dce] Fares [2026] · Single"
+
+
+def test_the_results_table_shows_a_failed_job_with_its_error_type_and_message() -> None:
+    from datetime import UTC, datetime
+
+    from rich.console import Console
+
+    from worker.cli.views import results_summary, results_table
+    from worker.jobs.models import JobError, JobResult
+
+    now = datetime.now(UTC)
+    failed = JobResult(job_id="job_1", batch_id="batch_1", custom_id="[q1]", kind="question", status="failed",
+                       error=JobError(type="ModelUnavailable", message="VLLM_API_KEY is not set"), model="m",
+                       started_at=now, finished_at=now)
+    console = Console(record=True, width=200)
+    console.print(results_table([failed]))
+    console.print(results_summary([failed]))
+    text = console.export_text()
+    assert "[q1]" in text and "failed" in text and "ModelUnavailable: VLLM_API_KEY is not set" in text
+    assert "1 jobs: 0 succeeded, 1 failed. 0 answers" in text
