@@ -52,7 +52,8 @@ class ChatSession:
         or ConversationNotFound / CompositionMismatch from the follow-up."""
         if self.conversation_id is not None:
             return self.producer.follow_up(self.conversation_id, question, tenant=self.tenant)
-        report = self.producer.validate([{"custom_id": CHAT_CUSTOM_ID, "turns": [question]}], self.config)
+        report = self.producer.validate([{"custom_id": CHAT_CUSTOM_ID, "turns": [question]}], self.config,
+                                        tenant=self.tenant)
         if not report.ok:
             raise report.errors[0]
         batch = self.producer.submit(report, tenant=self.tenant)

@@ -93,7 +93,7 @@ def create_mcp_server(producer: Producer, tenant_of: TenantOf) -> MCPServer:
     server: MCPServer = MCPServer("grounded", instructions=INSTRUCTIONS, version="0.1.0", log_level="WARNING")
 
     def submit(tenant: str, lines: list[Any], config: JobConfig, *, single: bool = False) -> str:
-        report = producer.validate(lines, config)
+        report = producer.validate(lines, config, tenant=tenant)
         if not report.ok:
             raise rejected(report, single=single)
         return producer.submit(report, tenant=tenant).id

@@ -127,7 +127,7 @@ class OpenAIBatches:
                          or [BatchProblem(code=BATCH_CODE, message=str(exc))])
         except BrokenConfig as exc:
             raise OpenAIRequestError(503, str(exc)) from None
-        report = self.producer.validate(adapted.lines, config) if config_name is not None else None
+        report = self.producer.validate(adapted.lines, config, tenant=tenant) if config_name is not None else None
         if report is not None:
             problems += line_problems(report.errors, adapted.custom_ids)
         now = self._now()
