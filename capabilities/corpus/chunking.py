@@ -1,6 +1,6 @@
 """Blocks into chunks: one section at a time, long sections split at paragraph boundaries.
 
-A chunk never spans two sections or two pages, so its heading path and page are exact and
+D1. A chunk never spans two sections or two pages, so its heading path and page are exact and
 `read(page=N)` returns whole chunks only. Chunks aim at `TARGET_CHARS`: long enough to carry a
 fact with its context, short enough that a search result set fits comfortably in a prompt.
 """
@@ -11,7 +11,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .parsing import Block, PictureSource
+from .parsed import Block, PictureSource
 
 TARGET_CHARS = 800
 PARAGRAPH_SEPARATOR = "\n\n"

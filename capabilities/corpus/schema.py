@@ -1,8 +1,11 @@
 """The corpus file's tables and the two ways to open it.
 
-Workers open the file read-only (`mode=ro`) and ingest is the only writer; WAL journaling lets
-any number of reader processes search while an ingest commits, each reader seeing whole
-documents only.
+Workers open the file read-only (`mode=ro`) and ingest is the only writer. While ingest writes,
+the file is in WAL mode, so any number of reader processes search while it commits, each seeing
+whole documents only. D5: when ingest finishes it puts the file back in rollback-journal mode
+(DELETE) if no reader has it open, because a WAL file can only be read where its `-shm` file
+can be created, which a read-only mount (Kubernetes, compose `:ro`) forbids; a file left in WAL
+mode is opened `immutable` there instead.
 """
 
 from __future__ import annotations
@@ -54,6 +57,10 @@ CREATE TABLE IF NOT EXISTS pictures (
     media_type  TEXT NOT NULL,
     PRIMARY KEY (document_id, self_ref)
 );
+CREATE TABLE IF NOT EXISTS document_sources (
+    document_id     TEXT PRIMARY KEY REFERENCES documents(id),
+    picture_sources TEXT NOT NULL DEFAULT '[]'
+);
 CREATE VIRTUAL TABLE IF NOT EXISTS chunks_fts USING fts5(
     content, headings, captions, tokenize = '{FTS_TOKENIZER}'
 );
@@ -65,7 +72,7 @@ class NotACorpusError(ValueError):
 
     def __init__(self, path: Path, problem: str) -> None:
         super().__init__(f"{str(path)!r} is not a corpus ({problem}); fill it with ingest() first")
-        self.path = path
+        self.path, self.problem = path, problem
 
 
 def open_writer(path: str | os.PathLike[str]) -> sqlite3.Connection:
@@ -102,6 +109,34 @@ def open_writer(path: str | os.PathLike[str]) -> sqlite3.Connection:
     return conn
 
 
+def close_writer(conn: sqlite3.Connection) -> str:
+    """D5. Checkpoints and leaves the file in DELETE mode, so it can be read from a read-only
+    mount; when a reader still has it open the switch cannot be made and the file stays in WAL
+    mode (the next ingest tries again). Returns the mode the file was left in."""
+    try:
+        conn.execute("PRAGMA busy_timeout = 0")
+        mode = str(conn.execute("PRAGMA journal_mode = DELETE").fetchone()[0]).lower()
+    except sqlite3.OperationalError:
+        mode = "wal"
+    finally:
+        conn.close()
+    return mode
+
+
+WAL_MODE_HEADER = (18, 2)
+"""Byte 18 of a SQLite file (its read version) is 2 while the file is in WAL mode."""
+
+
+def readable_only_immutable(path: Path) -> bool:
+    """D5. A WAL file whose `-shm` does not exist and cannot be created (a read-only directory)
+    can only be opened `immutable=1`: no locks, no shared memory, the file read as it is."""
+    with path.open("rb") as handle:
+        header = handle.read(WAL_MODE_HEADER[0] + 1)
+    if len(header) <= WAL_MODE_HEADER[0] or header[WAL_MODE_HEADER[0]] != WAL_MODE_HEADER[1]:
+        return False
+    return not path.with_name(f"{path.name}-shm").exists() and not os.access(path.parent, os.W_OK)
+
+
 def open_reader(path: str | os.PathLike[str]) -> sqlite3.Connection:
     """A read-only connection (`mode=ro`), so a worker can never modify the corpus it serves.
 
@@ -111,7 +146,8 @@ def open_reader(path: str | os.PathLike[str]) -> sqlite3.Connection:
     resolved = Path(path).resolve()
     if not resolved.is_file():
         raise FileNotFoundError(f"no corpus file at {str(resolved)!r}")
-    conn = sqlite3.connect(f"{resolved.as_uri()}?mode=ro", uri=True, check_same_thread=False)
+    query = "mode=ro&immutable=1" if readable_only_immutable(resolved) else "mode=ro"
+    conn = sqlite3.connect(f"{resolved.as_uri()}?{query}", uri=True, check_same_thread=False)
     conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
     check_schema(conn, resolved)
     return conn

@@ -29,6 +29,7 @@ from ..store import (
 from .chunking import PARAGRAPH_SEPARATOR
 from .query import match_expression
 from .schema import open_reader, open_writer
+from .writer import PAGE_IMAGE_META
 
 if TYPE_CHECKING:
     from .embedding import CorpusEmbedder, EmbedderResolver
@@ -102,7 +103,9 @@ class SQLiteCorpus:
     async def expand_context(self, results: list[RetrievedChunk]) -> list[RetrievedChunk]:
         """Each hit joined with its neighbours (ordinal ±1 in its document), keeping the hit's
         `chunk_id` and `score`. A chunk already shown in a higher-ranked result is left out of
-        later ones, and a hit already shown that way is dropped, so no text is shown twice."""
+        later ones, and a hit already shown that way is dropped, so no text is shown twice. A
+        neighbour without text (a PDF page that is only its image) adds no context and is left
+        out, so a result's pages are pages whose text it shows."""
         return await self._run(lambda conn: _expand(conn, results))
 
     async def get_chunk(self, chunk_id: str) -> Chunk | None:
@@ -281,7 +284,7 @@ def _expand(conn: sqlite3.Connection, results: list[RetrievedChunk]) -> list[Ret
             " WHERE c.ordinal BETWEEN h.ordinal - 1 AND h.ordinal + 1 ORDER BY c.ordinal",
             (hit.chunk_id,),
         ).fetchall()
-        window = [_result(row) for row in rows if row[0] == hit.chunk_id or row[0] not in shown]
+        window = [_result(row) for row in rows if row[0] == hit.chunk_id or (row[0] not in shown and row[3])]
         if not window:
             expanded.append(hit)
             shown.add(hit.chunk_id)
@@ -293,18 +296,27 @@ def _expand(conn: sqlite3.Connection, results: list[RetrievedChunk]) -> list[Ret
 
 def _merge(hit: RetrievedChunk, window: list[RetrievedChunk]) -> RetrievedChunk:
     """One result from consecutive chunks: the hit's identity and metadata, everyone's text,
-    pages, labels, refs and captions in document order."""
+    pages, labels, refs and captions in document order. D7: a neighbour's page image is left
+    out (its text is context; the hit's own page is the one to look at), so a PDF result carries
+    one page image, not three."""
     return hit.model_copy(
         update={
             "chunk_ids": [part.chunk_id for part in window],
             "content": PARAGRAPH_SEPARATOR.join(part.content for part in window if part.content),
             "page_numbers": sorted({page for part in window for page in part.page_numbers}),
             "labels": _ordered_union(part.labels for part in window),
-            "doc_item_refs": _ordered_union(part.doc_item_refs for part in window),
+            "doc_item_refs": _ordered_union(_own_refs(part, hit) for part in window),
             "picture_captions": {ref: c for part in window for ref, c in part.picture_captions.items()},
             "pictures": {},
         }
     )
+
+
+def _own_refs(part: RetrievedChunk, hit: RetrievedChunk) -> list[str]:
+    page_image = part.chunk_meta.get(PAGE_IMAGE_META)
+    if part.chunk_id == hit.chunk_id or page_image is None:
+        return part.doc_item_refs
+    return [ref for ref in part.doc_item_refs if ref != page_image]
 
 
 def _ordered_union(lists: Iterable[list[str]]) -> list[str]:

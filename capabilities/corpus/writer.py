@@ -17,6 +17,8 @@ from ..store import Chunk, Document
 from .vectors import ChunkVectors, delete_document_vectors, store_document_vectors
 
 WriteOutcome = Literal["added", "replaced", "unchanged"]
+PAGE_IMAGE_META = "page_image"
+"""Chunk meta naming the picture that is the chunk's whole page (a rendered PDF page, D7)."""
 
 
 @dataclass(frozen=True)
@@ -38,6 +40,16 @@ class DocumentRecord:
     chunks: Sequence[Chunk]
     pictures: Sequence[StoredPicture]
     content_hash: str
+    picture_sources: Sequence[str] = ()
+    """The picture files the source names (outside it), in the order the hash covers them: with
+    them an unchanged file is recognised before it is parsed (`stored_version`)."""
+
+
+@dataclass(frozen=True)
+class StoredVersion:
+    content_hash: str
+    picture_sources: list[str] | None
+    """None for a document stored before `document_sources` existed."""
 
 
 def document_id_for(uri: str) -> str:
@@ -75,11 +87,39 @@ def write_document(conn: sqlite3.Connection, record: DocumentRecord, vectors: Ch
     return "added" if row is None else "replaced"
 
 
+def stored_version(conn: sqlite3.Connection, document_id: str) -> StoredVersion | None:
+    """The stored version's content hash (what `write_document` compares) and picture files."""
+    row = conn.execute(
+        "SELECT d.content_hash, s.picture_sources FROM documents d"
+        " LEFT JOIN document_sources s ON s.document_id = d.id WHERE d.id = ?",
+        (document_id,),
+    ).fetchone()
+    if row is None:
+        return None
+    return StoredVersion(str(row[0]), None if row[1] is None else list(json.loads(row[1])))
+
+
+def delete_document(conn: sqlite3.Connection, document_id: str) -> bool:
+    """Removes a document and everything derived from it in one transaction; False if absent."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        found = conn.execute("SELECT 1 FROM documents WHERE id = ?", (document_id,)).fetchone() is not None
+        if found:
+            _delete_rows(conn, document_id)
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+    return found
+
+
 def _delete_rows(conn: sqlite3.Connection, document_id: str) -> None:
     delete_document_vectors(conn, document_id)
     conn.execute("DELETE FROM chunks_fts WHERE rowid IN (SELECT seq FROM chunks WHERE document_id = ?)", (document_id,))
     conn.execute("DELETE FROM chunks WHERE document_id = ?", (document_id,))
     conn.execute("DELETE FROM pictures WHERE document_id = ?", (document_id,))
+    conn.execute("DELETE FROM document_sources WHERE document_id = ?", (document_id,))
     conn.execute("DELETE FROM documents WHERE id = ?", (document_id,))
 
 
@@ -128,5 +168,9 @@ def _insert_rows(conn: sqlite3.Connection, record: DocumentRecord) -> range:
     conn.executemany(
         "INSERT INTO pictures (document_id, self_ref, bytes, caption, media_type) VALUES (?, ?, ?, ?, ?)",
         [(document.id, p.self_ref, p.data, p.caption, p.media_type) for p in record.pictures],
+    )
+    conn.execute(
+        "INSERT INTO document_sources (document_id, picture_sources) VALUES (?, ?)",
+        (document.id, json.dumps(list(record.picture_sources))),
     )
     return seqs

@@ -15,17 +15,22 @@ from hypothesis import strategies as st
 
 from capabilities.corpus import NotACorpusError, SQLiteCorpus, ingest
 from capabilities.corpus.chunking import PARAGRAPH_SEPARATOR, TARGET_CHARS, chunk_blocks
-from capabilities.corpus.htmlparse import parse_html
-from capabilities.corpus.ingest import (
+from capabilities.corpus.formats.html import parse_html
+from capabilities.corpus.formats.markdown import parse_markdown
+from capabilities.corpus.formats.text import parse_text
+from capabilities.corpus.ingest import PICTURE_SUFFIXES
+from capabilities.corpus.problems import (
+    BAD_PDF,
+    BINARY,
+    DATABASE_ERROR,
     NO_SUCH_PATH,
     NO_TEXT,
     PICTURE_NOT_DECODABLE,
     PICTURE_NOT_FOUND,
     PICTURE_NOT_LOCAL,
-    PICTURE_SUFFIXES,
-    picture_skipped,
+    UNSUPPORTED,
+    Problem,
 )
-from capabilities.corpus.parsing import parse_markdown, parse_text
 from capabilities.corpus.query import STOPWORDS, content_words, match_expression
 from capabilities.corpus.schema import open_reader, open_writer
 from capabilities.corpus.sqlite import BM25_WEIGHTS
@@ -90,11 +95,12 @@ def test_ingest_adds_every_supported_file_and_reports_dropped_pictures_with_text
     report = ingest(tmp_path / "c.db", [CORPUS])
     assert sorted(report.added) == sorted(str(CORPUS / name) for name in (
         "broken-pictures.md", "guide.html", "handbook.md", "notes.txt"))
-    assert report.replaced == [] and report.skipped_unchanged == []
-    assert report.errors == [
-        (str(BROKEN), picture_skipped("../not-an-image.png", PICTURE_NOT_DECODABLE)),
-        (str(BROKEN), picture_skipped("missing.png", PICTURE_NOT_FOUND)),
-        (str(BROKEN), picture_skipped("https://example.com/logo.png", PICTURE_NOT_LOCAL)),
+    assert report.replaced == [] and report.unchanged == []
+    assert report.failed == [] and report.skipped == []
+    assert report.warnings == [
+        Problem(str(BROKEN), PICTURE_NOT_DECODABLE, "../not-an-image.png"),
+        Problem(str(BROKEN), PICTURE_NOT_FOUND, "missing.png"),
+        Problem(str(BROKEN), PICTURE_NOT_LOCAL, "https://example.com/logo.png"),
     ]
 
 
@@ -111,7 +117,7 @@ async def test_document_ids_derive_from_the_resolved_uri_and_titles_from_the_sou
     assert handbook.uri == HANDBOOK.resolve().as_uri()
     assert handbook.title == "Oakridge Observatory Handbook"
     assert handbook.page_count == 2
-    assert handbook.meta == {"format": "markdown", "file_name": "handbook.md"}
+    assert handbook.meta == {"format": "markdown", "file_name": "handbook.md", "encoding": "utf-8"}
     assert (await kb.get_document(doc_id(GUIDE))).title == "Volunteer Guide"
     assert (await kb.get_document(doc_id(NOTES))).title == "notes"
     assert await kb.get_document(handbook.uri) == handbook
@@ -121,7 +127,7 @@ def test_reingesting_an_unchanged_file_skips_it(tmp_path, db):
     before = sqlite3.connect(db).execute("SELECT id FROM chunks ORDER BY id").fetchall()
     report = ingest(db, [CORPUS])
     assert report.added == [] and report.replaced == []
-    assert len(report.skipped_unchanged) == 4
+    assert len(report.unchanged) == 4
     assert sqlite3.connect(db).execute("SELECT id FROM chunks ORDER BY id").fetchall() == before
 
 
@@ -138,7 +144,7 @@ async def test_reingesting_a_changed_file_replaces_its_document_under_the_same_i
     report = ingest(db, [folder])
 
     assert report.replaced == [str(handbook)]
-    assert report.added == [] and len(report.skipped_unchanged) == 3
+    assert report.added == [] and len(report.unchanged) == 3
     new_opening = (await section(store, handbook, "Opening Hours"))[0]
     assert "20:15" in new_opening.content and new_opening.document_id == doc_id(handbook)
     assert new_opening.chunk_id != old_opening.chunk_id
@@ -158,14 +164,14 @@ def test_a_changed_picture_alone_replaces_its_document(tmp_path):
     assert report.replaced == [str(folder / "guide.html"), str(folder / "handbook.md")]
 
 
-def test_bad_files_are_reported_with_their_reason_and_the_rest_ingested(tmp_path):
+def test_D2_bad_files_are_reported_with_their_reason_and_the_rest_ingested(tmp_path):
     folder = tmp_path / "mixed"
     folder.mkdir()
     (folder / "good.md").write_text("# Good\n\nThe lighthouse keeper logs the weather.\n")
-    (folder / "latin1.txt").write_bytes("Caf\xe9 menu".encode("latin-1"))
     (folder / "binary.txt").write_bytes(b"abc\x00def")
     (folder / "manual.pdf").write_bytes(b"%PDF-1.4")
     (folder / "empty.md").write_text("# Only a heading\n")
+    (folder / "script.py").write_text("print('not a document')\n")
     (folder / "picture.png").write_bytes(PNG)
     (folder / ".hidden.md").write_text("hidden text")
     missing = tmp_path / "nowhere.md"
@@ -174,15 +180,18 @@ def test_bad_files_are_reported_with_their_reason_and_the_rest_ingested(tmp_path
     report = ingest(db, [folder, folder / "picture.png", missing])
 
     assert report.added == [str(folder / "good.md")]
-    reasons = dict(report.errors)
-    bad = ("latin1.txt", "binary.txt", "manual.pdf", "empty.md", "picture.png")
-    assert set(reasons) == {str(folder / name) for name in bad} | {str(missing)}
-    assert reasons[str(folder / "latin1.txt")].startswith("not UTF-8 text")
-    assert reasons[str(folder / "binary.txt")].startswith("binary content")
-    assert reasons[str(folder / "manual.pdf")].startswith("unsupported extension '.pdf'")
-    assert reasons[str(folder / "picture.png")].startswith("unsupported extension '.png'")
-    assert reasons[str(folder / "empty.md")] == NO_TEXT
-    assert reasons[str(missing)] == NO_SUCH_PATH
+    failed = {problem.path: problem.reason for problem in report.failed}
+    assert failed == {
+        str(folder / "binary.txt"): BINARY,
+        str(folder / "manual.pdf"): BAD_PDF,
+        str(folder / "picture.png"): UNSUPPORTED,
+        str(missing): NO_SUCH_PATH,
+    }
+    assert {problem.path: problem.reason for problem in report.skipped} == {
+        str(folder / "empty.md"): NO_TEXT,
+        str(folder / "script.py"): UNSUPPORTED,
+    }
+    assert report.outcome == "partial"
     titles = [row[0] for row in sqlite3.connect(db).execute("SELECT title FROM documents")]
     assert titles == ["Good"]
 
@@ -191,7 +200,8 @@ def test_pictures_in_a_folder_are_assets_not_errors(tmp_path):
     folder = copy_corpus(tmp_path).parent
     report = ingest(tmp_path / "c.db", [folder])
     assert ".png" in PICTURE_SUFFIXES
-    assert not any(path.endswith(".png") for path, _ in report.errors)
+    problems = report.failed + report.skipped + report.warnings
+    assert not any(problem.path.endswith(".png") for problem in problems)
 
 
 def test_failure_midway_through_a_document_leaves_no_partial_rows(tmp_path):
@@ -203,9 +213,9 @@ def test_failure_midway_through_a_document_leaves_no_partial_rows(tmp_path):
 
     report = ingest(db, [folder])
 
-    failed = {path: reason for path, reason in report.errors if "database error" in reason}
+    failed = {problem.path: problem.detail for problem in report.failed if problem.reason == DATABASE_ERROR}
     assert set(failed) == {str(folder / "handbook.md"), str(folder / "guide.html")}
-    assert all("disk on fire" in reason for reason in failed.values())
+    assert all("disk on fire" in detail for detail in failed.values())
     assert sorted(report.added) == [str(folder / "broken-pictures.md"), str(folder / "notes.txt")]
     check = sqlite3.connect(db)
     for path in (folder / "handbook.md", folder / "guide.html"):
@@ -231,7 +241,7 @@ def test_failure_while_replacing_a_document_keeps_the_old_version_whole(tmp_path
     report = ingest(db, [folder])
 
     assert report.replaced == []
-    assert any(path == str(handbook) and "disk on fire" in reason for path, reason in report.errors)
+    assert any(p.path == str(handbook) and "disk on fire" in p.detail for p in report.failed)
     assert check.execute("SELECT id, content FROM chunks ORDER BY seq").fetchall() == before
     assert check.execute("SELECT count(*) FROM chunks_fts WHERE chunks_fts MATCH '400'").fetchone() == (1,)
 

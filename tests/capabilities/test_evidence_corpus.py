@@ -142,3 +142,26 @@ async def test_E16_picture_bytes_are_fetched_from_the_sqlite_store(db):
     assert await owner.get_picture_bytes(hit.document_id, "#/pictures/99") is None
     await owner.close_owned_store()
     await store.close()
+
+
+async def test_E15_a_pdf_page_read_with_vision_attaches_that_pages_image_with_a_signed_label(tmp_path):
+    from tests.documents import text_pdf
+
+    manual = text_pdf(tmp_path / "manual.pdf")
+    db = tmp_path / "pdf.db"
+    ingest(db, [manual])
+    store = SQLiteCorpus(db)
+    [document] = await store.list_documents(filter=None, offset=0, limit=5)
+    deps = Deps()
+    model = ScriptedModel([respond(call("reader_read", {"document_id": document.id, "page": 2}, "rr1")),
+                           cite_first("reader_cite"), respond("Every morning.")])
+    agent = Agent(model, capabilities=[create_reader(store, SIGNER, vision=True)], deps_type=Deps)
+    await agent.run("How often is the lens wiped?", deps=deps)
+    label, image = [p for p in model.wire(2)[-1].parts if isinstance(p, UserPromptPart)][0].content
+    assert image.media_type == "image/jpeg" and is_our_picture(SIGNER, label, image)
+    assert image.data == await store.get_picture_bytes(document.id, "#/pictures/1")
+    assert "#/pictures/1" in label
+    state = ReaderState.model_validate(deps.state["reader"])
+    citation = state.citation_index[state.citations[0]]
+    assert citation.page_numbers == [2] and citation.picture_refs == ["#/pictures/1"]
+    await store.close()

@@ -168,7 +168,7 @@ def test_dockerfile_baked_corpora_land_where_settings_look() -> None:
     baked = " ".join(rest for keyword, rest in dockerfile() if keyword == "RUN" and "grounded ingest" in rest)
     assert check_command(["grounded", "ingest", "/tmp/corpus-src", "--corpus", "x"]) == "ingest"
     corpora = Settings(data_dir=Path("/data")).corpora_dir  # type: ignore[call-arg]
-    assert f"{corpora}/${{CORPUS}}.sqlite" in baked and "journal_mode=DELETE" in baked
+    assert "--corpus \"${CORPUS}\"" in baked and corpora == Path("/data/corpora")
 
 
 # --- docker compose ------------------------------------------------------------------------------
@@ -219,6 +219,13 @@ def test_compose_redis_appends_to_a_volume_and_never_evicts() -> None:
     assert option_value(command, "--maxmemory-policy") == "noeviction"
     volume, _, path = redis["volumes"][0].partition(":")
     assert volume in compose()["volumes"] and path == "/data"
+
+
+def test_D5_compose_serves_corpora_from_a_read_only_mount_and_only_ingest_writes() -> None:
+    mounts = {name: [v for v in service.get("volumes", []) if ":/data/corpora" in v]
+              for name, service in compose()["services"].items()}
+    assert mounts["worker"] == ["corpora:/data/corpora:ro"] and mounts["api"] == ["corpora:/data/corpora:ro"]
+    assert mounts["ingest"] == ["corpora:/data/corpora"]
 
 
 def test_compose_model_server_is_offered_commented_with_the_env_jobs_need() -> None:
@@ -373,3 +380,12 @@ def test_operations_doc_names_only_real_settings_and_commands() -> None:
     for section in ("## Scale", "## Upgrade and drain workers", "## Rotate tag keys", "## Rotate API tokens",
                     "## Back up Redis", "## Dashboards"):
         assert section in text
+
+
+def test_D5_k8s_workers_mount_the_corpora_volume_read_only() -> None:
+    pod = find("Deployment", "grounded-worker")["spec"]["template"]["spec"]
+    [mount] = [m for m in container("grounded-worker")["volumeMounts"] if m["mountPath"] == "/data/corpora"]
+    assert mount["readOnly"] is True
+    [volume] = [v for v in pod["volumes"] if v["name"] == mount["name"]]
+    assert volume["persistentVolumeClaim"] == {"claimName": "grounded-corpora", "readOnly": True}
+    assert "initContainers" not in pod, "no copy: the volume is read as it is"

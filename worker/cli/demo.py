@@ -18,6 +18,7 @@ from pathlib import Path
 import redis
 from pydantic import SecretStr
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from capabilities import CAPSULE_HEADER, RECEIPT
@@ -86,8 +87,9 @@ def run_demo(*, questions: Path, config: Path, corpus_dir: Path, output: Path, c
         (data_dir / "corpora").mkdir(parents=True)
         with console.status(plain(f"Ingesting {corpus_dir} as corpus '{DEMO_CORPUS}'")):
             report = ingest(data_dir / "corpora" / f"{DEMO_CORPUS}.sqlite", [corpus_dir])
-        console.print(f"Corpus '{DEMO_CORPUS}': {len(report.added)} documents ingested"
-                      + (f", {len(report.errors)} problems" if report.errors else ""))
+        console.print(f"Corpus '{DEMO_CORPUS}': {escape(report.summary())}", highlight=False)
+        if report.outcome == "nothing":
+            return 2
         tag_keys = os.environ.get("GROUNDED_TAG_KEYS") or secrets.token_hex(16)
         prefix = f"grounded-demo:{secrets.token_hex(4)}:"  # never mixes with other users of a shared Redis
         env = {**os.environ, "GROUNDED_REDIS_URL": url, "GROUNDED_DATA_DIR": str(data_dir),

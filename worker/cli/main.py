@@ -1,4 +1,4 @@
-"""`grounded`: ingest corpora, submit and follow batches, run workers, Flower and the API, and the demo.
+"""`grounded`: ingest and inspect corpora, submit and follow batches, run workers, Flower and the API, and the demo.
 
 Batch commands talk to Redis directly (GROUNDED_REDIS_URL), as an operator would, and submit as
 the tenant GROUNDED_CLI_TENANT (`local`) unless given `--tenant`; the API shows those batches to
@@ -21,6 +21,7 @@ from rich.text import Text
 from worker.settings import get_settings
 
 from .chat import register as register_chat
+from .corpus import register as register_corpus
 from .experiment import register as register_experiment
 from .mcp import register as register_mcp
 from .views import line, plain
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
 cli = typer.Typer(name="grounded", help=__doc__, no_args_is_help=True, add_completion=False)
 console = Console()
 err = Console(stderr=True)
+register_corpus(cli)
 
 TenantOption = Annotated[
     str | None,
@@ -62,44 +64,6 @@ def _fail(message: str, code: int = 1) -> NoReturn:
 def _require_batch(store: ResultsStore, batch_id: str) -> None:
     if store.load_batch(batch_id) is None:
         _fail(f"no batch {batch_id!r}")
-
-
-@cli.command()
-def ingest(
-    paths: Annotated[list[Path], typer.Argument(help="files or folders (Markdown, text, HTML)", exists=True)],
-    corpus: Annotated[str, typer.Option("--corpus", help="the name jobs use for this corpus")],
-    embedder: Annotated[
-        str | None,
-        typer.Option("--embedder", help="embedding model for hybrid search (openai:text-embedding-3-small, "
-                     "openai-compatible:NAME, sentence-transformers:NAME, ...); `none` makes the corpus BM25-only; "
-                     "default: the corpus's own"),
-    ] = None,
-) -> None:
-    """Ingest documents into DATA_DIR/corpora/NAME.sqlite (created if missing)."""
-    from capabilities.corpus import ingest as ingest_files
-    from worker.jobs.composition import CompositionError, check_corpus_name
-
-    from .embedding import IngestFailure, chosen_embedder, embedding_lines, progress_display
-
-    settings = get_settings()
-    try:
-        check_corpus_name(corpus)
-    except CompositionError as exc:
-        _fail(str(exc), 2)
-    settings.corpora_dir.mkdir(parents=True, exist_ok=True)
-    target = settings.corpora_dir / f"{corpus}.sqlite"
-    try:
-        chosen = chosen_embedder(target, embedder, settings)
-        with progress_display(console, chosen) as progress:
-            report = ingest_files(target, paths, embedder=chosen, progress=progress)
-    except IngestFailure.causes as exc:
-        _fail(IngestFailure.describe(exc))
-    console.print(plain(f"{target}: {len(report.added)} added, {len(report.replaced)} replaced, "
-                        f"{len(report.skipped_unchanged)} unchanged"))
-    for text in embedding_lines(report.embedding):
-        console.print(plain(text))
-    for path, problem in report.errors:
-        err.print(line((str(path), "yellow"), f": {problem}"))
 
 
 def _follow(producer: Producer, batch_id: str, timeout: float) -> None:

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -65,9 +66,11 @@ class WorkerProcess:
 
 
 def start_worker_process(env: dict[str, str], log: Path, *, concurrency: int = 4, wait: bool = True,
-                       loglevel: str = "info") -> WorkerProcess:
+                       loglevel: str = "info", command_prefix: Sequence[str] = ()) -> WorkerProcess:
+    """`command_prefix` runs the worker under another program that execs it (so signals still
+    reach the worker), such as the tests' read-only mount namespace."""
     name = f"local-{uuid.uuid4().hex[:8]}@localhost"
-    command = [
+    command = [*command_prefix,
         sys.executable, "-m", "celery", "-A", "worker.app", "worker", "--pool", "threads",
         "-c", str(concurrency), "-Q", QUEUE, "-n", name, "-l", loglevel,
         "--without-gossip", "--without-mingle", "--without-heartbeat",
