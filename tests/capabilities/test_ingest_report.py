@@ -156,3 +156,24 @@ def test_an_unchanged_file_with_its_pictures_is_recognised_before_it_is_parsed(t
     shutil.copy(FIXTURES / "pixel.png", folder.parent / "square.png")
     report = ingest(db, [folder])
     assert report.replaced == [str(folder / "guide.html"), str(folder / "handbook.md")] and parsed == [1]
+
+
+def test_D3_D6_on_a_hybrid_corpus_warnings_come_with_the_stored_version_and_pruning_drops_vectors(tmp_path):
+    from capabilities.corpus.embedding import corpus_embedder
+    from tests.concepts import ConceptEmbeddingModel
+
+    def embedder():
+        return corpus_embedder(ConceptEmbeddingModel(16), name="test:concepts")
+
+    folder = copy_corpus(tmp_path)
+    db = tmp_path / "c.db"
+    first = ingest(db, [folder], embedder=embedder())
+    assert len(first.added) == 4 and len(first.warnings) == 3, "reported when the embedded batch is stored"
+    (folder / "notes.txt").unlink()
+    report = ingest(db, [folder], prune=True, embedder=embedder())
+    assert report.pruned == [str((folder / "notes.txt").resolve())] and report.warnings == []
+    conn = sqlite3.connect(db)
+    chunks = conn.execute("SELECT count(*) FROM chunks").fetchone()[0]
+    assert conn.execute("SELECT count(*) FROM chunk_vectors").fetchone()[0] == chunks > 0
+    conn.close()
+    assert report.journal_mode == "delete"
