@@ -86,6 +86,7 @@ def test_D2_nothing_ingested_exits_2_and_leaves_no_corpus(data_dir, tmp_path):
     done = grounded("ingest", str(scan), str(tmp_path / "typo.md"), "--corpus", "empty")
     assert done.exit_code == 2
     assert "nothing could be ingested: no corpus file was written" in done.stderr
+    assert "search:" not in done.stdout, "no corpus, so nothing to say about how it is searched"
     assert f"failed {tmp_path / 'typo.md'}: no such file or folder" in done.stderr
     assert not (data_dir / "corpora" / "empty.sqlite").exists()
     assert "empty" not in grounded("corpus", "list").stdout

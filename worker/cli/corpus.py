@@ -158,7 +158,7 @@ def ingest(
         raise typer.Exit(2) from None
     progress.close()
     _print_report(report, verbose=verbose)
-    for line in embedding_lines(report.embedding):
+    for line in [] if report.corpus_removed else embedding_lines(report.embedding):
         console.print(escape(line), highlight=False, soft_wrap=True)
     if report_file is not None:
         report_file.write_text(json.dumps(report.as_dict(), indent=2) + "\n")
