@@ -81,13 +81,20 @@ class Settings(BaseSettings):
     embedding_model_dirs: Annotated[dict[str, Path], NoDecode] = Field(default_factory=dict)
     retry_base_s: float = Field(default=2.0, gt=0)  # transient model errors back off from here...
     retry_max_s: float = Field(default=60.0, gt=0)  # ...up to here, also when the provider asks for longer
-    redelivery_margin_s: int = Field(default=300, ge=0)  # how much longer than a job Redis waits before redelivery
-    # kombu sweeps for expired unacked jobs every interval * throttle seconds; a lost worker's jobs
-    # come back about visibility_timeout_s + that later (docs/design/architecture.md, "Queue")
-    unacked_restore_interval_s: int = Field(default=5, ge=1)
+    # H14: a delivery is a lease its live worker renews (worker/tasks/leases.py); a dead worker's jobs
+    # are back on the queue about lease_s + the sweep interval after its last renewal, whatever the
+    # job time limit (docs/design/architecture.md, "Queue")
+    lease_s: int = Field(default=10, ge=2)
+    # kombu sweeps for expired leases every interval * throttle seconds
+    unacked_restore_interval_s: int = Field(default=2, ge=1)
     unacked_restore_throttle: int = Field(default=1, ge=1)
-    # a job whose worker died under it this many times is failed, not redelivered again (a poison job)
-    max_worker_losses: int = Field(default=5, ge=1)
+    # H15: on SIGTERM a worker takes no new jobs and lets running ones finish for this long, then
+    # hands the rest back to the queue (worker/tasks/shutdown.py); keep it well under the pod's grace
+    soft_shutdown_s: float = Field(default=60.0, ge=0)
+    worker_name: str | None = None  # a worker's node name, NAME@HOST; unset: grounded-PID@HOST
+    # a job whose worker died under it this many times is failed, not redelivered again (a poison
+    # job); hand-backs at shutdown are not deaths and do not count (H15)
+    max_worker_losses: int = Field(default=8, ge=1)
     max_batch_lines: int = Field(default=100_000, ge=1)
     max_request_bytes: int = Field(default=64 * 1024 * 1024, ge=1024)  # the API refuses larger bodies (413)
     compress_over_bytes: int = Field(default=16_384, ge=0)  # results larger than this are stored compressed
@@ -155,13 +162,6 @@ class Settings(BaseSettings):
     @property
     def corpora_dir(self) -> Path:
         return self.data_dir / "corpora"
-
-    @property
-    def visibility_timeout_s(self) -> int:
-        """Redis redelivers an unacked job after this long, so it must outlast the longest job plus its
-        longest retry countdown, or a job still running is handed to a second worker
-        (docs/design/architecture.md, "Queue")."""
-        return self.task_hard_limit_s + int(self.retry_max_s) + self.redelivery_margin_s
 
     def signer(self) -> TagSigner:
         """H8/T1: every worker signs with the newest key and verifies with all of them."""

@@ -2,6 +2,7 @@
 question (the model otherwise plays as in tests/worker/fake_openai.py: search, cite, answer).
 
   [delay]              every request for this question takes DELAY_S (a ~1 s-per-request model)
+  [delay:S]            every request for this question takes S seconds
   [fault:KIND:ID:N]    the first N requests for ID fail with KIND (N = `all`: every request)
 
 KINDs are the failures FAULTS lists: HTTP errors, malformed bodies, a request that hangs, a body
@@ -38,6 +39,7 @@ HTTP_FAULTS = {
 }
 FAULTS = (*HTTP_FAULTS, "malformed", "truncated", "hang", "endless", "badargs", "unknowntool", "echo401")
 _FAULT = re.compile(r"\[fault:(\w+):(\w+):(\w+)\]")
+_DELAY = re.compile(r"\[delay(?::([\d.]+))?\]")
 
 
 class FaultyOpenAI(FakeOpenAI):
@@ -67,8 +69,9 @@ class FaultyOpenAI(FakeOpenAI):
                     break
         if fault is not None:
             return await self._fault(fault, body, request)
-        if "[delay]" in question:
-            await asyncio.sleep(DELAY_S)
+        delay = _DELAY.search(question)
+        if delay:
+            await asyncio.sleep(float(delay.group(1) or DELAY_S))
         return await super().chat(request)
 
     async def _fault(self, kind: str, body: dict[str, Any], request: Request) -> Response:

@@ -40,8 +40,8 @@ def slow_chat() -> Iterator[SlowConversationalOpenAI]:
 def test_conversations_killed_mid_turn_resume_at_their_first_uncommitted_turn(
     redis_space, fleet_for, slow_chat: SlowConversationalOpenAI
 ) -> None:
-    # the conversation lock outlives a dead worker by hard limit + 5 s: keep the limit short
-    fleet = fleet_for(redis_space, GROUNDED_TASK_SOFT_LIMIT_S="15", GROUNDED_TASK_HARD_LIMIT_S="15")
+    # a dead worker's conversation lock is a lease that expires in seconds (H14), whatever the limit
+    fleet = fleet_for(redis_space)
     worker = fleet.start(pool="prefork", concurrency=CONVERSATIONS)
     turns = {f"conv-{c}": [f"{q} (conversation {c})" for q in QUESTIONS[:TURNS]] for c in range(CONVERSATIONS)}
     batch_id = fleet.submit([{"custom_id": c, "turns": t} for c, t in turns.items()], endpoint_config(slow_chat, PASSAGES))

@@ -40,8 +40,11 @@ def test_H6_celery_settings() -> None:
     assert conf.worker_prefetch_multiplier == 1
     assert conf.task_serializer == "json" and conf.accept_content == ["json"]
     options = conf.broker_transport_options
-    assert options["visibility_timeout"] > settings.task_hard_limit_s + settings.retry_max_s
-    assert options["unacked_restore_interval"] * options["unacked_restore_throttle"] <= 10
+    # H14: a lease renewed by its live worker, not a timeout longer than any job
+    assert options["visibility_timeout"] == settings.lease_s < settings.task_hard_limit_s
+    assert options["unacked_restore_interval"] * options["unacked_restore_throttle"] <= 2
+    assert options["unacked_mutex_expire"] <= 5  # a dead sweeper's lock delays no recovery for long
+    assert "LeaseRenewal" in {getattr(step, "__name__", "") for step in app.steps["consumer"]}
     assert options["global_keyprefix"] == "gw:"
     assert conf.worker_send_task_events is True and conf.task_send_sent_event is True
     assert (conf.task_soft_time_limit, conf.task_time_limit) == (100, 120)

@@ -300,14 +300,16 @@ def test_H3_a_follow_up_that_adds_reader_is_rejected_naming_the_difference(
         producer.app.close()
 
 
-def test_H5_the_lock_is_exclusive_outlives_the_hard_limit_and_is_released_only_by_its_token(
+def test_H5_H14_the_lock_is_an_exclusive_lease_renewed_and_released_only_by_its_token(
     conversations: ConversationStore,
 ) -> None:
-    settings = Settings(task_soft_limit_s=30, task_hard_limit_s=40)
+    settings = Settings(task_soft_limit_s=30, task_hard_limit_s=40, lease_s=7)
     first = conversations.lock("conv-lock", ttl_s=lock_ttl_s(settings))
     assert first is not None and conversations.lock("conv-lock", ttl_s=lock_ttl_s(settings)) is None
-    assert settings.task_hard_limit_s * 1000 < conversations.redis.pttl(first.key) <= lock_ttl_s(settings) * 1000
+    assert 0 < conversations.redis.pttl(first.key) <= 7000  # a lease, not the job's time limit
+    assert first.renew(30) is True and 7000 < conversations.redis.pttl(first.key) <= 30_000
     conversations.redis.set(first.key, "someone-else")  # as if it had expired and another job took it
+    assert first.renew(30) is False and conversations.redis.ttl(first.key) == -1
     assert first.release() is False and conversations.redis.get(first.key) == b"someone-else"
     conversations.redis.delete(first.key)
     second = conversations.lock("conv-lock", ttl_s=lock_ttl_s(settings))
@@ -519,8 +521,8 @@ def test_H4_H6_a_worker_killed_between_turns_2_and_3_resumes_at_turn_3(
 ) -> None:
     """kill -9 while turn 3 waits on the model: turns 1-2 are committed, and the redelivered job
     re-runs turn 3 as the same question, with nothing of turns 1-2 run twice."""
-    env = worker_env(redis_space, data_dir, GROUNDED_TASK_SOFT_LIMIT_S="4", GROUNDED_TASK_HARD_LIMIT_S="4",
-                     GROUNDED_RETRY_MAX_S="1", GROUNDED_REDELIVERY_MARGIN_S="0")
+    env = worker_env(redis_space, data_dir, GROUNDED_TASK_SOFT_LIMIT_S="60", GROUNDED_TASK_HARD_LIMIT_S="60",
+                     GROUNDED_RETRY_MAX_S="1")
     producer = Producer(settings_for(redis_space, data_dir))
     cluster = Cluster(redis_space, worker_process(env), producer)
     turns = [f"[kill6] {QUESTIONS[0]}", f"[kill6] {QUESTIONS[1]}", f"[slow:kill6] {QUESTIONS[2]}",

@@ -205,11 +205,12 @@ def test_compose_ports_match_the_commands() -> None:
     assert flower_port.startswith("127.0.0.1:") and flower_port.endswith(f":{port_of(services['flower']['command'])}")
 
 
-def test_compose_workers_scale_and_stop_after_their_longest_job() -> None:
+def test_H15_compose_workers_scale_and_stop_after_their_soft_shutdown_window() -> None:
     worker = compose()["services"]["worker"]
     assert "container_name" not in worker and "ports" not in worker, "`--scale worker=N` needs neither"
     grace = int(re.fullmatch(r"(\d+)s", worker["stop_grace_period"]).group(1))  # type: ignore[union-attr]
-    assert grace > settings_from(compose_env("worker")).task_hard_limit_s
+    settings = settings_from(compose_env("worker"))
+    assert settings.soft_shutdown_s + 15 <= grace < settings.task_hard_limit_s
 
 
 def test_compose_redis_appends_to_a_volume_and_never_evicts() -> None:
@@ -320,10 +321,10 @@ def test_k8s_selectors_match_their_pods() -> None:
             assert len(targets) == 1, doc["metadata"]["name"]
 
 
-def test_k8s_worker_grace_period_exceeds_the_job_hard_time_limit() -> None:
+def test_H15_k8s_worker_grace_period_covers_the_soft_shutdown_window_not_the_longest_job() -> None:
     pod = find("Deployment", "grounded-worker")["spec"]["template"]["spec"]
     settings = settings_from(config_map())
-    assert pod["terminationGracePeriodSeconds"] > settings.task_hard_limit_s >= settings.task_soft_limit_s
+    assert settings.soft_shutdown_s + 15 <= pod["terminationGracePeriodSeconds"] < settings.task_hard_limit_s
     assert find("PodDisruptionBudget", "grounded-worker")["spec"]["maxUnavailable"] == 1
 
 

@@ -77,5 +77,5 @@ def test_a_cancelled_job_that_already_finished_is_not_counted_twice(redis_space:
 def test_attempts_count_every_start(redis_space: RedisSpace) -> None:
     store = redis_space.store()
     _, (job, _) = stored_batch(store)
-    assert [store.begin_attempt(job), store.begin_attempt(job)] == [1, 2]
+    assert [store.begin_attempt(job).number, store.begin_attempt(job).number] == [1, 2]
     assert store.job_state(job) == "running"

@@ -196,10 +196,10 @@ def test_H11_conversation_turns_share_one_state_and_history(cluster: Cluster) ->
 def test_H10_job_redelivered_after_its_worker_is_killed_is_counted_once(
     redis_space, data_dir: Path, worker_process, fake_openai: FakeOpenAI
 ) -> None:
-    """kill -9 a worker mid-job: acks_late leaves the job unacked, Redis redelivers it after the
-    visibility timeout to another worker, and the job is counted once with two attempts."""
-    env = worker_env(redis_space, data_dir, **{FAKE_KEY_ENV: FAKE_KEY}, GROUNDED_TASK_SOFT_LIMIT_S="4",
-                     GROUNDED_TASK_HARD_LIMIT_S="4", GROUNDED_RETRY_MAX_S="1", GROUNDED_REDELIVERY_MARGIN_S="0")
+    """kill -9 a worker mid-job: acks_late leaves the job unacked, its lease expires (H14) and it goes
+    to another worker, and the job is counted once with two attempts."""
+    env = worker_env(redis_space, data_dir, **{FAKE_KEY_ENV: FAKE_KEY}, GROUNDED_TASK_SOFT_LIMIT_S="60",
+                     GROUNDED_TASK_HARD_LIMIT_S="60", GROUNDED_RETRY_MAX_S="1")
     producer = Producer(settings_for(redis_space, data_dir))
     cluster = Cluster(redis_space, worker_process(env), producer)
     config = question_config(PASSAGES, model="fake-model",

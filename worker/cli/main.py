@@ -227,8 +227,15 @@ def worker(
     ] = None,
     pool: Annotated[str | None, typer.Option(help="threads (default) or prefork")] = None,
     loglevel: Annotated[str, typer.Option("-l", "--loglevel")] = "info",
+    name: Annotated[
+        str | None, typer.Option("-n", "--name",
+                                 help="node name, NAME@HOST (default GROUNDED_WORKER_NAME, else grounded-PID@HOST)")
+    ] = None,
 ) -> None:
-    """Run a Celery worker for the job queue (threads pool: many LLM-bound jobs per process)."""
+    """Run a Celery worker for the job queue (threads pool: many LLM-bound jobs per process).
+
+    SIGTERM stops it gracefully: no new jobs, running ones get GROUNDED_SOFT_SHUTDOWN_S to finish,
+    the rest go back to the queue (H15)."""
     from worker.settings import MissingTagKeys
 
     settings = get_settings()
@@ -237,12 +244,11 @@ def worker(
     except MissingTagKeys as exc:
         _fail(str(exc), 2)
     from worker.app import app as celery_app
-    from worker.store.keys import QUEUE
+    from worker.tasks.worker_process import default_node_name, worker_argv
 
-    celery_app.worker_main([
-        "worker", "--pool", pool or settings.pool, "--concurrency", str(concurrency or settings.concurrency),
-        "--queues", QUEUE, "--loglevel", loglevel, "--task-events",
-    ])
+    celery_app.worker_main(worker_argv(name=name or settings.worker_name or default_node_name(),
+                                       pool=pool or settings.pool,
+                                       concurrency=concurrency or settings.concurrency, loglevel=loglevel))
 
 
 @cli.command()

@@ -21,21 +21,51 @@ class RunTimedOut(TimeoutError):
     """The job's runs outlasted run.timeout_s (or the worker's soft limit); the run was cancelled."""
 
 
+class RunHandedBack(RuntimeError):
+    """H15: the worker is stopping and its soft-shutdown window ended before this run did; the run
+    was cancelled (committing nothing, H4) so that the job can go back to the queue."""
+
+
 class ProcessLoop:
     def __init__(self) -> None:
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, name="grounded-agent-loop", daemon=True)
         self.thread.start()
+        self._running: set[concurrent.futures.Future[Any]] = set()
+        self._lock = threading.Lock()
+        self.handing_back = False
 
     def run(self, make: Callable[[], Coroutine[Any, Any, T]], *, timeout: float) -> T:
         """Runs the coroutine on the loop and waits for it. Context variables (the job's log
         bindings) travel with it; on timeout the run is cancelled, so it commits nothing (H4)."""
-        future = asyncio.run_coroutine_threadsafe(make(), self.loop)
+        with self._lock:
+            if self.handing_back:
+                raise RunHandedBack("the worker is stopping; the job goes back to the queue")
+            future = asyncio.run_coroutine_threadsafe(make(), self.loop)
+            self._running.add(future)
         try:
             return future.result(timeout)
         except concurrent.futures.TimeoutError:
             future.cancel()
             raise RunTimedOut(f"the job did not finish within {timeout:g} s and was cancelled") from None
+        except concurrent.futures.CancelledError:
+            if self.handing_back:
+                raise RunHandedBack("the worker's soft-shutdown window ended before the job did; "
+                                    "it goes back to the queue") from None
+            raise
+        finally:
+            with self._lock:
+                self._running.discard(future)
+
+    def hand_back(self) -> int:
+        """H15: cancels every run still going (and any that would start), so each task can put its
+        job back on the queue; returns how many were running."""
+        with self._lock:
+            self.handing_back = True
+            running = list(self._running)
+        for future in running:
+            future.cancel()
+        return len(running)
 
     def stop(self) -> None:
         self.loop.call_soon_threadsafe(self.loop.stop)
@@ -57,6 +87,14 @@ class PerProcess(Generic[T]):
                 self._current = (os.getpid(), self._make())
             return self._current[1]
 
+    @property
+    def current(self) -> T | None:
+        """This process's value if it was made, without making one."""
+        with self._lock:
+            if self._current is None or self._current[0] != os.getpid():
+                return None
+            return self._current[1]
+
     def reset(self) -> None:
         """Forget this process's value, so the next `get` makes a new one (tests change settings)."""
         with self._lock:
@@ -69,3 +107,9 @@ _loop = PerProcess(ProcessLoop)
 def process_loop() -> ProcessLoop:
     """This process's loop, made on first use (and again in a forked child)."""
     return _loop.get()
+
+
+def hand_back_running_runs() -> int:
+    """H15: hands back the runs of this process's loop, if it has one (a prefork parent has none)."""
+    current = _loop.current
+    return current.hand_back() if current is not None else 0

@@ -24,8 +24,6 @@ from worker.settings import Settings
 from .keys import CONVERSATION_JOBS_KEY, CONVERSATION_KEY, CONVERSATION_LOCK_KEY, CONVERSATION_TURNS_KEY
 from .results import ResultsStore
 
-LOCK_MARGIN_S = 5  # beyond the task's hard limit: the lock outlives any run that holds it (H5)
-
 # Created once: a conversation job and the producer may both create it, and only the first counts.
 _CREATE = """
 if redis.call('HSETNX', KEYS[1], 'meta', ARGV[1]) == 0 then return 0 end
@@ -52,6 +50,11 @@ return version + 1
 
 _RELEASE = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+
+_RENEW = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
 return 0
 """
 
@@ -161,12 +164,12 @@ class StoredConversation:
 
 
 def lock_ttl_s(settings: Settings) -> int:
-    """H5: longer than the task's hard limit, so a live job never loses its lock; a dead worker's
-    lock expires on its own."""
-    return settings.task_hard_limit_s + LOCK_MARGIN_S
+    """H5, H14: a lease, like the job's delivery: its live holder renews it (worker/tasks/leases.py),
+    and a dead worker's lock expires on its own within the recovery time, not after a job's limit."""
+    return settings.lease_s
 
 
-@dataclass
+@dataclass(eq=False)  # held in a set by identity while renewed (tasks/leases.py)
 class ConversationLock:
     store: ConversationStore
     key: str
@@ -175,6 +178,10 @@ class ConversationLock:
     def release(self) -> bool:
         """Compare-token delete: a lock that expired and was taken by another job stays theirs."""
         return bool(self.store._release(keys=[self.key], args=[self.token]))
+
+    def renew(self, ttl_s: int) -> bool:
+        """Compare-token expiry: False once the lock expired and is someone else's (or no one's)."""
+        return bool(self.store._renew(keys=[self.key], args=[self.token, ttl_s * 1000]))
 
 
 class ConversationStore:
@@ -187,6 +194,7 @@ class ConversationStore:
         self._add_job = self.redis.register_script(_ADD_JOB)
         self._commit = self.redis.register_script(_COMMIT)
         self._release = self.redis.register_script(_RELEASE)
+        self._renew = self.redis.register_script(_RENEW)
 
     def _key(self, template: str, conversation_id: str) -> str:
         return self.results.key(template, conversation_id=conversation_id)

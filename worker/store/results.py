@@ -12,7 +12,7 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import redis
 
@@ -31,6 +31,7 @@ from .keys import (
     BATCH_RUNNING_KEY,
     BATCH_SUCCEEDED_KEY,
     JOB_ATTEMPTS_KEY,
+    JOB_HANDBACKS_KEY,
     JOB_KEY,
     RESULT_KEY,
     TENANT_BATCHES_KEY,
@@ -69,6 +70,13 @@ if redis.call('SCARD', KEYS[7]) + redis.call('SCARD', KEYS[8]) >= total then
 end
 return {new, finished}
 """
+
+
+class AttemptStart(NamedTuple):
+    """What `begin_attempt` counted: this start's number, and the earlier runs handed back (H15)."""
+
+    number: int
+    handed_back: int
 
 
 class BatchNotFound(LookupError):
@@ -200,15 +208,24 @@ class ResultsStore:
     def cancel_requested(self, batch_id: str) -> bool:
         return bool(self.redis.exists(self.key(BATCH_CANCEL_KEY, batch_id=batch_id)))
 
-    def begin_attempt(self, job: Job) -> int:
+    def begin_attempt(self, job: Job) -> AttemptStart:
         """Counts every start, including a redelivery after a worker died, which Celery's own retry
-        counter does not see."""
+        counter does not see, and reads how many earlier runs were handed back at a shutdown."""
         with self.redis.pipeline(transaction=True) as pipe:
             pipe.incr(self.key(JOB_ATTEMPTS_KEY, job_id=job.id))
+            pipe.get(self.key(JOB_HANDBACKS_KEY, job_id=job.id))
             pipe.sadd(self.key(BATCH_RUNNING_KEY, batch_id=job.batch_id), job.id)
             self._event(pipe, job.batch_id, "job_started", job_id=job.id)
-            attempts, *_ = pipe.execute()
-        return int(attempts)
+            attempts, handbacks, *_ = pipe.execute()
+        return AttemptStart(int(attempts), int(handbacks or 0))
+
+    def note_handback(self, job: Job) -> None:
+        """H15: a run stopped by its worker's shutdown goes back to the queue; it is no death."""
+        with self.redis.pipeline(transaction=True) as pipe:
+            pipe.incr(self.key(JOB_HANDBACKS_KEY, job_id=job.id))
+            pipe.srem(self.key(BATCH_RUNNING_KEY, batch_id=job.batch_id), job.id)
+            self._event(pipe, job.batch_id, "job_handed_back", job_id=job.id)
+            pipe.execute()
 
     def note_retry(self, job: Job, *, delay_s: float, error: str) -> None:
         with self.redis.pipeline(transaction=True) as pipe:

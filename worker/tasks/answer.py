@@ -12,18 +12,20 @@ from datetime import UTC, datetime
 
 import structlog
 from celery import Task, shared_task
+from celery.exceptions import Reject
 
 from worker.jobs.models import Batch, Job
 from worker.runtime.conversations import take_turn
-from worker.runtime.loop import RunTimedOut
+from worker.runtime.loop import RunHandedBack, RunTimedOut
 from worker.runtime.run import TransientModelError, failed_result
 from worker.store.conversations import ConversationStore
 from worker.store.metrics import record_cancelled, record_finished
 
 from .celery_app import ANSWER_JOB
 from .events import JobFailed, outcome_text, task_labels, turn_progress
+from .leases import kept_alive
 from .logs import bind_attempt, job_context
-from .process import ProcessWorker, WorkerLost, process_worker, retry_delay, run_in_process_loop
+from .process import ProcessWorker, WorkerLost, process_worker, retry_delay, run_in_process_loop, worker_losses
 from .requeue import requeue_when_redis_is_down
 
 log = structlog.get_logger()
@@ -54,24 +56,30 @@ def answer_job(self: Task, job_id: str, lock_waits: int = 0) -> str:
                 log.info("conversation_busy", delay_s=round(delay, 2))
                 raise self.retry(countdown=delay, max_retries=None, kwargs={"lock_waits": lock_waits + 1},
                                  **task_labels(job))
-        try:
+        if lock is None:
             return _answer(self, worker, job, batch, lock_waits)
+        try:
+            with kept_alive(lock):  # H14: the lock lasts as long as this worker does
+                return _answer(self, worker, job, batch, lock_waits)
         finally:
-            if lock is not None:
-                lock.release()
+            lock.release()
 
 
 def _answer(task: Task, worker: ProcessWorker, job: Job, batch: Batch, lock_waits: int) -> str:
     """Waiting for a conversation's lock is not a failed attempt, so it spends no retries."""
     retries = task.request.retries - lock_waits
-    attempts = worker.store.begin_attempt(job)
+    attempts, handed_back = worker.store.begin_attempt(job)
     bind_attempt(attempts)
     started_at = datetime.now(UTC)
-    lost = attempts - 1 - retries  # earlier starts that neither finished nor asked for a retry
+    lost = worker_losses(attempts, retries, handed_back)
     try:
         if lost >= worker.settings.max_worker_losses:
             raise WorkerLost(lost)
         result = run_in_process_loop(worker, job, batch, attempts, started_at, turn_progress(task, job))
+    except RunHandedBack as exc:  # H15: back to the head of the queue now, for another worker
+        worker.store.note_handback(job)
+        log.warning("job_handed_back", attempts=attempts)
+        raise Reject(str(exc), requeue=True) from None
     except TransientModelError as exc:
         if retries < batch.config.run.retries:
             delay = retry_delay(retries, exc.retry_after, worker.settings)

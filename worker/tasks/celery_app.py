@@ -14,7 +14,10 @@ from celery import Celery, bootsteps
 from worker.settings import Settings, get_settings
 from worker.store.keys import QUEUE
 
+from .leases import LeaseRenewal
+
 ANSWER_JOB = "grounded.answer_job"
+UNACKED_MUTEX_EXPIRE_S = 5
 TASK_MODULES = ["worker.tasks.answer"]
 
 
@@ -52,13 +55,17 @@ def create_app(settings: Settings) -> Celery:
         task_soft_time_limit=settings.task_soft_limit_s,
         task_time_limit=settings.task_hard_limit_s,
         broker_transport_options={
-            # Redis redelivers an unacked job after this: longer than any job plus its retry
-            # countdown, or a job still running would run twice
-            "visibility_timeout": settings.visibility_timeout_s,
-            # kombu 5.7 sweeps for expired unacked jobs every interval * throttle seconds (~100 s by
-            # default); every 5 s makes recovery after a lost worker about visibility_timeout + 5 s
+            # H14: a delivery not renewed for this long belongs to a dead worker and is swept back
+            # to the queue; live workers renew theirs (leases.py), so it need not outlast a job
+            "visibility_timeout": settings.lease_s,
+            # kombu 5.7 sweeps for expired leases every interval * throttle seconds (~100 s by
+            # default); every 2 s here
             "unacked_restore_interval": settings.unacked_restore_interval_s,
             "unacked_restore_throttle": settings.unacked_restore_throttle,
+            # kombu's lock around one sweep expires after 300 s by default, and a worker killed
+            # while holding it stalls every sweep until then; a sweep takes milliseconds, and two
+            # at once are safe (each restore is a WATCHed transaction)
+            "unacked_mutex_expire": UNACKED_MUTEX_EXPIRE_S,
             # every broker key under our prefix, beside the results store's keys
             "global_keyprefix": settings.key_prefix,
         },
@@ -74,5 +81,6 @@ def create_app(settings: Settings) -> Celery:
         worker_concurrency=settings.concurrency,
     )
     app.steps["worker"].add(RequireTagKeys)
+    app.steps["consumer"].add(LeaseRenewal)
     return app
 

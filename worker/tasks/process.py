@@ -32,6 +32,13 @@ class WorkerLost(RuntimeError):
                          "(GROUNDED_MAX_WORKER_LOSSES); it is failed instead of being redelivered again")
 
 
+def worker_losses(attempts: int, retries: int, handed_back: int) -> int:
+    """Earlier starts that ended in no outcome: not finished, no retry asked, not handed back at a
+    shutdown (H15). Only these could be the job's own doing; a kill -9 of a process that ran
+    several jobs cannot be pinned on one of them, so each of those counts against all of them."""
+    return max(attempts - 1 - retries - handed_back, 0)
+
+
 @dataclass
 class ProcessWorker:
     settings: Settings
@@ -63,8 +70,8 @@ def process_worker() -> ProcessWorker:
 
 def retry_delay(retries: int, retry_after: float | None, settings: Settings) -> float:
     """The provider's Retry-After when it sent one; otherwise exponential backoff with jitter, so
-    workers that failed together do not retry together. Capped by retry_max_s, which the
-    visibility timeout already covers."""
+    workers that failed together do not retry together. Capped by retry_max_s; the waiting job's
+    delivery is renewed like a running one's (H14), so a countdown of any length is safe."""
     if retry_after is not None:
         return min(max(retry_after, 0.0), settings.retry_max_s)
     delay = settings.retry_base_s * (2**retries)

@@ -6,6 +6,8 @@ way a deployed worker is, and it is ready once it answers a remote-control ping.
 
 from __future__ import annotations
 
+import os
+import socket
 import subprocess
 import sys
 import time
@@ -24,6 +26,23 @@ REPO = Path(__file__).resolve().parents[2]
 
 class WorkerDidNotStart(RuntimeError):
     pass
+
+
+def default_node_name() -> str:
+    """Unique among the workers of one host (Celery's default, celery@HOST, is not), so the per-worker
+    remote-control commands and Flower can tell them apart; GROUNDED_WORKER_NAME or --name set it."""
+    return f"grounded-{os.getpid()}@{socket.gethostname()}"
+
+
+def worker_argv(*, name: str, pool: str, concurrency: int, loglevel: str = "info") -> list[str]:
+    """The `celery worker` arguments every worker runs with: `grounded worker`, the demo and the tests.
+
+    No gossip (its receiver logs a traceback when Redis restarts, and nothing here uses elections
+    or clock sync) and no mingle (start-up syncing of revoked ids we never revoke). Heartbeats stay:
+    Flower marks workers online from them.
+    """
+    return ["worker", "--pool", pool, "--concurrency", str(concurrency), "--queues", QUEUE, "--hostname", name,
+            "--loglevel", loglevel, "--task-events", "--without-gossip", "--without-mingle"]
 
 
 @dataclass
@@ -70,11 +89,8 @@ def start_worker_process(env: dict[str, str], log: Path, *, concurrency: int = 4
     """`command_prefix` runs the worker under another program that execs it (so signals still
     reach the worker), such as the tests' read-only mount namespace."""
     name = f"local-{uuid.uuid4().hex[:8]}@localhost"
-    command = [*command_prefix,
-        sys.executable, "-m", "celery", "-A", "worker.app", "worker", "--pool", "threads",
-        "-c", str(concurrency), "-Q", QUEUE, "-n", name, "-l", loglevel,
-        "--without-gossip", "--without-mingle", "--without-heartbeat",
-    ]
+    command = [*command_prefix, sys.executable, "-m", "celery", "-A", "worker.app",
+               *worker_argv(name=name, pool="threads", concurrency=concurrency, loglevel=loglevel)]
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("wb") as handle:
         process = subprocess.Popen(command, cwd=REPO, env=env, stdout=handle, stderr=subprocess.STDOUT)
