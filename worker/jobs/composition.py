@@ -99,7 +99,7 @@ def _entry(raw: Any) -> CapabilitySpec:
     except ValidationError as exc:
         raise CompositionError(
             f"capability entry {raw!r} is not 'Name', {{Name: {{options}}}} or {{Name: corpus}}: "
-            f"{exc.errors()[0]['msg']}"
+            f"{problem(exc.errors()[0])}"
         ) from None
 
 
