@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import codecs
 import gzip
+import importlib
 import io
 import threading
 import zipfile
@@ -255,6 +256,72 @@ async def test_a_gzipped_readme_is_read_as_text_by_its_content(tmp_path):
     [hit] = await store.search("high water north mole", limit=1, filter=None)
     assert hit.content.split("\n\n") == README_TEXT.strip().split("\n\n")
     await store.close()
+
+
+async def test_D1_a_gzipped_pdf_is_read_per_physical_page_with_its_page_images(tmp_path, manual):
+    packed = tmp_path / "manual.pdf.gz"
+    packed.write_bytes(gzip.compress(manual.read_bytes()))
+    db = tmp_path / "c.db"
+    assert ingest(db, [packed]).added == [str(packed)]
+    store = SQLiteCorpus(db)
+    document = await store.get_document(doc_id(packed))
+    assert document.title == "Harbour Lamp Manual" and document.page_count == 4
+    assert document.meta == {"format": "pdf", "file_name": "manual.pdf", "compression": "gzip"}
+    for number, page in enumerate(MANUAL_PAGES, start=1):
+        text = " ".join(c.content for c in await store.read(document.id, page=number, section=None, filter=None))
+        assert all(paragraph in text for paragraph in page.paragraphs)
+    [hit] = await store.search("fresnel chamois cloth", limit=1, filter=None)
+    assert hit.page_numbers == [2] and hit.headings == ["Cleaning the Lens"]
+    image = Image.open(io.BytesIO(await store.get_picture_bytes(document.id, f"{PICTURE_REF_PREFIX}1")))
+    assert red_share(image) > 0.1, "page 2's image, drawn from the unpacked PDF"
+    await store.close()
+
+
+async def test_D1_a_gzipped_markdown_file_keeps_its_sections_pages_and_pictures(tmp_path):
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "lamp.png").write_bytes(red_square_png())
+    packed = folder / "keeper.md.gz"
+    packed.write_bytes(gzip.compress(
+        "Keeper's Guide\n==============\n\nLight the lamp at sunset ![the lamp](lamp.png).\n\n<!-- page 2 -->\n\n"
+        "## Storms\n\nHoist two black cones on the [signal mast](https://mast.example/).\n".encode()))
+    db = tmp_path / "c.db"
+    assert ingest(db, [folder]).added == [str(packed)]
+    store = SQLiteCorpus(db)
+    document = await store.get_document(doc_id(packed))
+    assert document.title == "Keeper's Guide" and document.page_count == 2
+    assert document.meta["format"] == "markdown" and document.meta["compression"] == "gzip"
+    assert document.meta["file_name"] == "keeper.md"
+    [first] = await store.read(document.id, page=1, section=None, filter=None)
+    assert first.content == "Light the lamp at sunset the lamp." and first.headings == ["Keeper's Guide"]
+    assert len(first.pictures) == 1
+    [storms] = await store.read(document.id, page=2, section=None, filter=None)
+    assert storms.content == "Hoist two black cones on the signal mast." and storms.page_numbers == [2]
+    assert storms.headings == ["Keeper's Guide", "Storms"]
+    await store.close()
+
+
+def test_an_ingest_version_bump_re_parses_unchanged_files_once(tmp_path, manual, monkeypatch):
+    """INGEST_VERSION is part of every content hash: after a parsing change raises it, the next
+    ingest rebuilds files whose bytes did not change, and the one after finds them unchanged."""
+    ingest_module = importlib.import_module("capabilities.corpus.ingest")  # the package's `ingest` is the function
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    notes = folder / "notes.md"
+    notes.write_text("# Notes\n\nThe lamp burns paraffin.\n")
+    pdf = folder / "manual.pdf"
+    pdf.write_bytes(manual.read_bytes())
+    db = tmp_path / "c.db"
+    ingest(db, [folder])
+    assert sorted(ingest(db, [folder]).unchanged) == [str(pdf), str(notes)]
+    monkeypatch.setattr(ingest_module, "INGEST_VERSION", str(int(ingest_module.INGEST_VERSION) + 1))
+    calls: list[int] = []
+    real = pdf_module.parse_pdf
+    monkeypatch.setattr(pdf_module, "parse_pdf", lambda data, **options: calls.append(1) or real(data, **options))
+    bumped = ingest(db, [folder])
+    assert sorted(bumped.replaced) == [str(pdf), str(notes)] and bumped.unchanged == [] and calls == [1]
+    again = ingest(db, [folder])
+    assert sorted(again.unchanged) == [str(pdf), str(notes)] and again.replaced == [] and calls == [1]
 
 
 def test_extensionless_and_distribution_named_files_are_recognised_by_content(tmp_path, manual):

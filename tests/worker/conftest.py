@@ -8,17 +8,21 @@ settings start their own through `worker_process`.
 from __future__ import annotations
 
 import contextlib
+import os
+import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 import uvicorn
+from mcp import ClientSession, StdioServerParameters, stdio_client
 
 from tests.conftest import (
+    REPO,
     TEST_TAG_KEY,
     RedisServer,
     RedisSpace,
@@ -127,3 +131,16 @@ def serve(app: Any) -> Iterator[str]:
     finally:
         server.should_exit = True
         thread.join(timeout=5)
+
+
+@contextlib.asynccontextmanager
+async def mcp_stdio(space: RedisSpace, data_dir: Path, tenant: str, **env: str) -> AsyncIterator[ClientSession]:
+    """`grounded mcp` started as a desktop agent starts it, with the official client on its stdio;
+    `env` adds GROUNDED_ settings (configs, tenant scopes, embedding endpoints)."""
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("GROUNDED_")}
+    environ.update(GROUNDED_REDIS_URL=space.url, GROUNDED_KEY_PREFIX=space.prefix, GROUNDED_DATA_DIR=str(data_dir),
+                   GROUNDED_TAG_KEYS=TEST_TAG_KEY, GROUNDED_CLI_TENANT=tenant, **env)
+    params = StdioServerParameters(command=sys.executable, args=["-m", "worker.cli", "mcp"], env=environ, cwd=str(REPO))
+    async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+        await session.initialize()
+        yield session

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from tests.harness import SIGNER
-from worker.jobs.composition import CompositionError, corpus_path
+from worker.jobs.composition import CompositionError, corpus_path, read_composition
 from worker.jobs.models import JobConfig
 from worker.runtime.agents import AgentCache, build_agent, evidence_request_limit
 
@@ -83,6 +83,12 @@ def test_a_builtin_capability_type_is_not_accepted_even_though_pydantic_ai_knows
     for name in ("WebFetch", "LocalWorkspace", "MCP"):
         with pytest.raises(ValueError, match=f"capability '{name}' is not allowed here"):
             JobConfig.model_validate({"agent": {"model": "extractive", "capabilities": [name]}})
+
+
+def test_a_capability_entry_of_no_known_shape_says_which_part_is_missing() -> None:
+    with pytest.raises(CompositionError) as refused:
+        read_composition([{"PassageSearchCapability": "handbook", "CitationPolicyCapability": None}])
+    assert str(refused.value).endswith("is not 'Name', {Name: {options}} or {Name: corpus}: name: Field required")
 
 
 def test_agents_are_cached_per_config_digest_and_job_kind(corpora: Path) -> None:

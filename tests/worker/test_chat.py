@@ -95,6 +95,7 @@ def test_I6_a_chat_keeps_one_conversation_starts_over_and_resumes(chat_env: dict
 
 def test_I5_chat_resumes_only_its_tenants_conversations(chat_env: dict[str, str], config_file: Path,
                                                         cluster: Cluster) -> None:
+    """Another tenant's conversation reads as not found; `--tenant` names that tenant and resumes it."""
     batch_id = cluster.submit([{"custom_id": "theirs", "turns": ["When does the observatory open?"]}],
                               question_config(PASSAGES), tenant="globex")
     [job_id] = cluster.store.job_ids(batch_id)
@@ -103,6 +104,18 @@ def test_I5_chat_resumes_only_its_tenants_conversations(chat_env: dict[str, str]
     child.expect(pexpect.EOF)
     child.close()
     assert child.exitstatus == 1
+
+    child = spawn(chat_env, "--config", str(config_file), "--conversation", job_id, "--tenant", "globex")
+    child.expect_exact(f"resumed conversation {job_id}: 1 turn so far")
+    child.expect_exact(PROMPT)
+    assert "400 mm" in ask(child, "How large is the reflector mirror?")
+    child.sendline("/quit")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 0
+    turns = cluster.producer.conversations.turns(job_id)
+    assert [t.result.question_text for t in turns] == ["When does the observatory open?",
+                                                       "How large is the reflector mirror?"]
 
 
 def test_I6_registering_the_compactor_keeps_the_rest_of_the_config() -> None:

@@ -190,6 +190,75 @@ def test_ask_prints_chunk_ids_and_no_internal_question_numbers(answered: tuple[s
     assert "question " not in asked.output and "identity" not in asked.output
 
 
+def row_cells(output: str, first: str) -> list[str]:
+    """The cells of the table row whose first cell is `first` (its first line, where a cell wraps)."""
+    for text in output.splitlines():
+        cells = [cell.strip() for cell in text.split("│")[1:-1]]
+        if cells and cells[0] == first:
+            return cells
+    raise AssertionError(f"no row {first!r} in:\n{output}")
+
+
+def pages(numbers: list[int]) -> str:
+    """How a citation's pages read: the page to open, or the range a passage spans."""
+    first, last = min(numbers), max(numbers)
+    return f"p. {first}" if first == last else f"pp. {first}-{last}"
+
+
+def test_the_installed_grounded_command_shows_what_a_user_needs(cli_env: None, cluster: Cluster,
+                                                               tmp_path: Path) -> None:
+    """The `grounded` console script itself, as a shell runs it (on a pipe): `submit --wait` ends
+    with the conversation ids and one row per answer (custom id, status, citation status, the cited
+    document and page); `ask` prints the answer, its citation status and what it cites."""
+    script = Path(sys.executable).with_name("grounded")
+    questions = write(tmp_path, "q.jsonl", "".join(json.dumps(line) + "\n" for line in BATCH))
+    config = write(tmp_path, "job.yaml", CONFIG)
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([str(script), *args], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                              env={**os.environ, "COLUMNS": "400"})
+
+    submitted = run("submit", str(questions), "--config", str(config), "--wait", "--timeout", "60")
+    assert submitted.returncode == 0, submitted.stdout + submitted.stderr
+    out = submitted.stdout
+    results = {r.custom_id: r for r in cluster.store.iter_results(batch_of(out))}
+    conversation_id = results["talk"].conversation_id
+    assert conversation_id is not None and f"conversation talk: {conversation_id}" in out.splitlines()
+    cited = results["hours"].turns[0].cited[0]
+    assert row_cells(out, "hours")[:5] == ["hours", "When does the observatory open?", "succeeded", "grounded",
+                                           f"[{cited.chunk_id[:8]}] Oakridge Observatory Handbook · p. 1"]
+    assert "19:00" in row_cells(out, "hours")[5]
+    assert row_cells(out, "talk · turn 2")[1:4] == ["How large is the reflector mirror?", "succeeded", "grounded"]
+    assert "2 jobs: 2 succeeded, 0 failed. 3 answers" in out
+
+    asked = run("ask", "--conversation", conversation_id, "How large is the reflector mirror?")
+    assert asked.returncode == 0, asked.stdout + asked.stderr
+    [job_id] = re.findall(rf"^job (job_\w+) queued on conversation {conversation_id}$", asked.stdout, re.M)
+    result = cluster.store.load_result(job_id)
+    assert result is not None and result.turns[0].cited
+    lines = asked.stdout.splitlines()
+    assert "400 mm" in lines[1]
+    assert lines[2] == f"grounded: {len(result.turns[0].cited)} citation(s)"
+    assert lines[3:] == [f"  [{c.chunk_id[:8]}] Oakridge Observatory Handbook · {pages(c.page_numbers)}"
+                         for c in result.turns[0].cited]
+
+
+def test_ask_acts_as_the_tenant_given(cli_env: None, cluster: Cluster) -> None:
+    """`--tenant` names whose conversation a follow-up joins; another tenant's reads as not found."""
+    batch_id = cluster.submit([{"custom_id": "acme-talk", "turns": ["When does the observatory open?"]}],
+                              CONFIG, tenant="acme")
+    [conversation_id] = cluster.store.job_ids(batch_id)
+    question = ["ask", "--conversation", conversation_id, "How large is the reflector mirror?"]
+    as_local = runner.invoke(cli, question)
+    assert as_local.exit_code == 1 and f"conversation {conversation_id!r} not found" in as_local.stderr
+    as_acme = runner.invoke(cli, [*question, "--tenant", "acme"])
+    assert as_acme.exit_code == 0, as_acme.output
+    assert "400 mm" in as_acme.stdout and "grounded" in as_acme.stdout
+    turns = cluster.producer.conversations.turns(conversation_id)
+    assert [t.result.question_text for t in turns] == ["When does the observatory open?",
+                                                       "How large is the reflector mirror?"]
+
+
 def test_error_text_from_a_user_is_printed_as_it_is(cli_env: None, tmp_path: Path) -> None:
     """A problem quoting the user's own `[...]` keeps it: messages are never read as markup."""
     questions = write(tmp_path, "q.jsonl", '{"custom_id": "a", "question": "fine", "[b]extra": 1}\n')

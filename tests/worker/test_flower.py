@@ -175,6 +175,17 @@ def test_flower_shows_the_worker_and_a_conversation_task_with_its_progress(
     producer.app.close()
 
 
+def dashboard_count(url: str, counter: str, *, until: int, timeout: float = 20.0) -> int:
+    """A count on Flower's dashboard ("Failed" is `task-failed`): the sum over workers of the counter
+    in `/workers?json=1`, the data the dashboard's page reads; asked again until it reaches `until`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        total = sum(int(worker.get(counter, 0)) for worker in api(url, "/workers?json=1")["data"])
+        if total >= until or time.monotonic() > deadline:
+            return total
+        time.sleep(0.2)
+
+
 def task_list(url: str) -> list[dict]:
     """What Flower's /tasks page shows: the rows its table fetches, newest first."""
     params = {"draw": 1, "start": 0, "length": 100, "search[value]": "", "order[0][column]": 0,
@@ -188,7 +199,7 @@ def test_H12_a_failed_job_is_a_flower_failure_with_its_error_and_every_task_show
     flower_and_worker: tuple[str, WorkerProcess], redis_space: RedisSpace, data_dir: Path, fake_openai: FakeOpenAI,
 ) -> None:
     """A job that fails (ModelUnavailable: its key variable is not set on the worker) is a Celery
-    FAILURE carrying the error type and message, while its result is stored, counted once, its batch
+    FAILURE carrying the error type and message, counted in the dashboard's "Failed", while its result is stored, counted once, its batch
     goes on and its task is acknowledged, not redelivered. A job retried after two 429s keeps its
     labels, and succeeds with its citation status as the task result."""
     url, worker = flower_and_worker
@@ -208,6 +219,7 @@ def test_H12_a_failed_job_is_a_flower_failure_with_its_error_and_every_task_show
         info = poll_task(url, job_id, lambda info: info["state"] == "FAILURE")
         assert info["exception"].startswith(("JobFailed('ModelUnavailable: ", 'JobFailed("ModelUnavailable: '))
         assert f"names '{MISSING_KEY_ENV}', which is not set" in info["exception"]
+    assert dashboard_count(url, "task-failed", until=2) == 2   # the dashboard's "Failed", not 0
     progress = cluster.wait(failing)
     assert (progress.failed, progress.succeeded, progress.state) == (2, 0, "completed")   # the batch went on
     results = list(cluster.store.iter_results(failing))
@@ -218,6 +230,8 @@ def test_H12_a_failed_job_is_a_flower_failure_with_its_error_and_every_task_show
     succeeded = poll_task(url, flaky_id, lambda info: info["state"] == "SUCCESS")
     assert succeeded["result"] == repr("succeeded: grounded") and succeeded["retries"] == 2
     assert "'custom_id': 'flaky-hours'" in succeeded["kwargs"] and flaky in succeeded["kwargs"]
+    assert dashboard_count(url, "task-succeeded", until=1) == 1
+    assert dashboard_count(url, "task-failed", until=3, timeout=1) == 2   # its 429s were retries, not failures
 
     deadline = time.monotonic() + 20   # acknowledged: nothing left reserved, nothing queued again
     while (snapshot := read_snapshot(cluster.store, [QUEUE], time.time())).reserved:

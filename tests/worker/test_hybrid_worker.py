@@ -8,11 +8,20 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
+from mcp.shared.exceptions import MCPError
+from typer.testing import CliRunner, Result
 
 from tests.concepts import DIMENSIONS
 from tests.conftest import REPO, RedisSpace, worker_env
-from tests.worker.conftest import FAKE_KEY, FAKE_KEY_ENV, MISSING_KEY_ENV, Cluster, question_config, settings_for
+from tests.worker.conftest import (
+    FAKE_KEY,
+    FAKE_KEY_ENV,
+    MISSING_KEY_ENV,
+    Cluster,
+    mcp_stdio,
+    question_config,
+    settings_for,
+)
 from tests.worker.fake_openai import FakeOpenAI
 from worker.cli import cli
 from worker.producer import Producer
@@ -30,8 +39,9 @@ def dead_url() -> str:
     return f"http://127.0.0.1:{free_port()}/v1"
 
 
-def ingest_cli(monkeypatch: pytest.MonkeyPatch, data_dir: Path, endpoints: str, *args: str,
-               **env: str) -> tuple[int, str]:
+def grounded_cli(monkeypatch: pytest.MonkeyPatch, data_dir: Path, endpoints: str, *args: str,
+                 **env: str) -> Result:
+    """A `grounded` command run in-process with this machine's embedding endpoints set to `endpoints`."""
     monkeypatch.setenv("GROUNDED_DATA_DIR", str(data_dir))
     monkeypatch.setenv("GROUNDED_EMBEDDING_ENDPOINTS", endpoints)
     monkeypatch.setenv("GROUNDED_ENDPOINT_KEY_BINDINGS", "GROUNDED_TEST_FAKE_LLM_KEY=http://127.0.0.1:*,"
@@ -41,9 +51,14 @@ def ingest_cli(monkeypatch: pytest.MonkeyPatch, data_dir: Path, endpoints: str, 
         monkeypatch.setenv(key, value)
     get_settings.cache_clear()
     try:
-        result = runner.invoke(cli, ["ingest", str(FIXTURES), *args])
+        return runner.invoke(cli, list(args))
     finally:
         get_settings.cache_clear()
+
+
+def ingest_cli(monkeypatch: pytest.MonkeyPatch, data_dir: Path, endpoints: str, *args: str,
+               **env: str) -> tuple[int, str]:
+    result = grounded_cli(monkeypatch, data_dir, endpoints, "ingest", str(FIXTURES), *args, **env)
     return result.exit_code, " ".join(result.output.split())  # rich wraps long lines
 
 
@@ -212,3 +227,48 @@ def test_S2_embedder_none_makes_a_corpus_bm25_only(hybrid_dir: Path, monkeypatch
     conn = sqlite3.connect(hybrid_dir / "corpora" / "notes.sqlite")
     assert conn.execute("SELECT value FROM corpus_meta WHERE key = 'embedder'").fetchone() is None
     conn.close()
+
+
+def test_S6_corpus_search_searches_a_hybrid_corpus_with_the_embedder_served_here(
+    hybrid_dir: Path, fake_openai: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "200")
+    done = grounded_cli(monkeypatch, hybrid_dir, f"concepts={fake_openai.base_url}",
+                        "corpus", "search", "notes", PARAPHRASE, "-k", "1")
+    assert done.exit_code == 0, done.output
+    assert "notes" in done.stdout and "dew heaters" in done.stdout  # found by its vector: BM25 shares no word
+    assert [PARAPHRASE] in [r["body"]["input"] for r in fake_openai.embedding_requests]
+
+
+def test_S6_corpus_search_without_the_corpus_embedder_says_so_in_one_line(
+    hybrid_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    unserved = grounded_cli(monkeypatch, hybrid_dir, "", "corpus", "search", "notes", PARAPHRASE)
+    assert unserved.exit_code == 1 and unserved.stdout == ""
+    assert " ".join(unserved.stderr.split()) == (
+        f"corpus 'notes' cannot be searched here: embedder '{EMBEDDER}': no endpoint serves 'concepts' here "
+        "(GROUNDED_EMBEDDING_ENDPOINTS names: none)")
+    down = grounded_cli(monkeypatch, hybrid_dir, f"concepts={dead_url()}", "corpus", "search", "notes", PARAPHRASE)
+    assert down.exit_code == 1 and "Traceback" not in down.output
+    assert " ".join(down.stderr.split()).startswith(
+        "corpus 'notes' cannot be searched here: its embedder failed (ModelConnectionError")
+    assert grounded_cli(monkeypatch, hybrid_dir, "", "corpus", "search", "plain", "dew heaters").exit_code == 0
+
+
+async def test_S6_mcp_search_searches_a_hybrid_corpus_or_fails_with_one_mcp_error(
+    redis_space: RedisSpace, hybrid_dir: Path, fake_openai: FakeOpenAI
+) -> None:
+    async with mcp_stdio(redis_space, hybrid_dir, "acme",
+                         GROUNDED_EMBEDDING_ENDPOINTS=f"concepts={fake_openai.base_url}") as session:
+        found = await session.call_tool("search", {"query": PARAPHRASE, "corpus": "notes", "limit": 1})
+        assert not found.is_error and found.structured_content is not None, found.content
+        [hit] = found.structured_content["hits"]
+        assert "dew heaters" in hit["text"] and hit["document"] == "notes"
+    async with mcp_stdio(redis_space, hybrid_dir, "acme") as session:
+        with pytest.raises(MCPError) as refused:
+            await session.call_tool("search", {"query": PARAPHRASE, "corpus": "notes"})
+        assert refused.value.message.startswith(
+            f"corpus 'notes' cannot be searched here: embedder '{EMBEDDER}': no endpoint serves 'concepts' here")
+        assert refused.value.data["status"] == 503
+        plain = await session.call_tool("search", {"query": "dew heaters", "corpus": "plain"})
+        assert not plain.is_error, plain.content

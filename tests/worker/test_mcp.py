@@ -4,22 +4,20 @@ Redis, the session's real worker process, the offline extractive model."""
 
 from __future__ import annotations
 
-import os
-import sys
 from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import httpx2
 import pytest
 import yaml
-from mcp import ClientSession, StdioServerParameters, stdio_client
+from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
-from tests.conftest import REPO, TEST_TAG_KEY
-from tests.worker.conftest import PASSAGES, POLICY, Cluster, question_config, serve, settings_for
+from tests.conftest import ingested_data_dir
+from tests.worker.conftest import PASSAGES, POLICY, Cluster, mcp_stdio, question_config, serve, settings_for
 from worker.api.app import create_api
 from worker.client import BatchRejected, GroundedClient, NotFound
 from worker.producer import Producer
@@ -41,18 +39,11 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return paths
 
 
-@asynccontextmanager
-async def stdio_session(cluster: Cluster, data_dir: Path, served: dict[str, Path], tenant: str
-                        ) -> AsyncIterator[ClientSession]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GROUNDED_")}
-    env.update(GROUNDED_REDIS_URL=cluster.space.url, GROUNDED_KEY_PREFIX=cluster.space.prefix,
-               GROUNDED_DATA_DIR=str(data_dir), GROUNDED_TAG_KEYS=TEST_TAG_KEY, GROUNDED_CLI_TENANT=tenant,
-               GROUNDED_CONFIGS=",".join(f"{name}={path}" for name, path in served.items()),
-               GROUNDED_DEFAULT_CONFIG="handbook-qa")
-    params = StdioServerParameters(command=sys.executable, args=["-m", "worker.cli", "mcp"], env=env, cwd=str(REPO))
-    async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
-        await session.initialize()
-        yield session
+def stdio_session(cluster: Cluster, data_dir: Path, served: dict[str, Path], tenant: str,
+                  **env: str) -> AbstractAsyncContextManager[ClientSession]:
+    configs = ",".join(f"{name}={path}" for name, path in served.items())
+    return mcp_stdio(cluster.space, data_dir, tenant, GROUNDED_CONFIGS=configs,
+                     GROUNDED_DEFAULT_CONFIG="handbook-qa", **env)
 
 
 @pytest.fixture(scope="module")
@@ -124,7 +115,8 @@ async def test_I6_stdio_ask_search_and_a_batch_end_to_end(cluster: Cluster, data
         unknown = await refusal(session, "ask", question="q", config="nope")
         assert "config 'nope' is not served here; served configs: handbook-qa" in unknown.message
         unserved = await refusal(session, "search", query="q", corpus="elsewhere")
-        assert "corpus 'elsewhere' is not served here; known: handbook" in unserved.message
+        # no GROUNDED_TENANT_CORPORA here, so every tenant may name every corpus; scoped: test_H13_*
+        assert unserved.message == "corpus 'elsewhere' is not served here; known: handbook"
 
 
 async def test_I5_I7_http_tools_act_as_the_tokens_tenant_and_fail_as_the_api_does(api_url: str,
@@ -155,3 +147,47 @@ async def test_I5_I7_http_tools_act_as_the_tokens_tenant_and_fail_as_the_api_doe
     assert no_token.status_code == wrong.status_code == 401 and no_token.headers["www-authenticate"] == "Bearer"
     too_large = httpx2.post(f"{api_url}/mcp", headers={"Authorization": "Bearer tok-acme"}, content=b"x" * (MAX_BYTES + 1))
     assert too_large.status_code == 413
+
+
+SCOPES = "acme=handbook,globex=atlas"
+
+
+@pytest.fixture(scope="module")
+def scoped_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A data dir serving `handbook` and `atlas` (the same documents under two names)."""
+    root = ingested_data_dir(tmp_path_factory.mktemp("scoped"), "handbook")
+    (root / "corpora" / "atlas.sqlite").write_bytes((root / "corpora" / "handbook.sqlite").read_bytes())
+    return root
+
+
+async def scoped_searches(session_of: Any) -> None:
+    """What each tenant may search and learn under SCOPES, through whichever transport `session_of`
+    opens: a tenant's own corpus is searched, another's reads as unknown and is never listed."""
+    async with session_of("acme") as acme:
+        found = await call(acme, "search", query="reflector mirror")   # acme's only corpus is the default
+        assert found["hits"] and "400 mm" in found["hits"][0]["text"]
+        hidden = await refusal(acme, "search", query="reflector mirror", corpus="atlas")
+        assert hidden.message == "corpus 'atlas' is not served here; known: handbook"
+        assert hidden.data["status"] == 422
+    async with session_of("globex") as globex:
+        assert (await call(globex, "search", query="reflector mirror", corpus="atlas"))["hits"]
+        hidden = await refusal(globex, "search", query="reflector mirror", corpus="handbook")
+        assert hidden.message == "corpus 'handbook' is not served here; known: atlas"
+    async with session_of("initech") as unscoped:
+        nothing = await refusal(unscoped, "search", query="reflector mirror")
+        assert nothing.message == "name the corpus to search; served here: none"
+
+
+async def test_H13_stdio_search_serves_and_names_only_the_tenants_corpora(cluster: Cluster, scoped_dir: Path,
+                                                                         served: dict[str, Path]) -> None:
+    await scoped_searches(lambda tenant: stdio_session(cluster, scoped_dir, served, tenant,
+                                                       GROUNDED_TENANT_CORPORA=SCOPES))
+
+
+async def test_H13_http_search_serves_and_names_only_the_tokens_tenants_corpora(cluster: Cluster, scoped_dir: Path,
+                                                                               served: dict[str, Path]) -> None:
+    settings = settings_for(cluster.space, scoped_dir, api_tokens={**TOKENS, "tok-initech": "initech"},
+                            tenant_corpora=SCOPES, configs=served, default_config="handbook-qa")
+    producer = Producer(settings, store=cluster.store, app=cluster.producer.app)
+    with serve(create_api(settings, producer=producer)) as url:
+        await scoped_searches(lambda tenant: http_session(url, f"tok-{tenant}"))

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from worker.api.app import create_api
-from worker.jobs.served import UnknownConfig, config_name
+from worker.jobs.served import BrokenConfig, UnknownConfig, config_name, read_config
 from worker.producer import Producer
 from worker.settings import Settings
 
@@ -47,3 +47,18 @@ def test_the_api_refuses_to_start_with_a_config_it_cannot_read(tmp_path: Path) -
         with pytest.raises(RuntimeError, match=problem):
             create_api(settings, producer=producer)
         producer.app.close()
+
+
+def test_a_broken_served_config_reads_as_every_other_config_problem(tmp_path: Path) -> None:
+    """The one formatter of validation errors (jobs.problems): the value's path, pydantic's message
+    without its "Value error, " prefix, and our own refusals as they were raised."""
+    cases = {
+        "run: {retries: many}": "run.retries: Input should be a valid integer, unable to parse string as an integer",
+        "agent: {model: extractive, capabilities: [NoSuch]}": "agent: capability 'NoSuch' is not allowed here; allowed:",
+    }
+    for text, expected in cases.items():
+        path = tmp_path / "qa.yaml"
+        path.write_text(text if text.startswith("agent") else f"agent: {{model: extractive}}\n{text}\n")
+        with pytest.raises(BrokenConfig) as broken:
+            read_config("qa", path)
+        assert str(broken.value).startswith(f"GROUNDED_CONFIGS 'qa' ({path}): {expected}")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 from rich.console import Console
@@ -22,8 +22,8 @@ from worker.settings import get_settings
 if TYPE_CHECKING:
     from rich.progress import Progress, TaskID
 
-    from capabilities import RetrievedChunk
     from capabilities.corpus import IngestReport
+    from worker.interfaces.search import SearchHit
 
 console = Console()
 err = Console(stderr=True)
@@ -39,14 +39,19 @@ SNIPPET_CHARS = 160
 corpus_app = typer.Typer(name="corpus", help="Look inside the corpora under DATA_DIR/corpora.", no_args_is_help=True)
 
 
+def _fail(message: str, code: int) -> NoReturn:
+    """One red line on stderr; the message may quote a name or a path, so it is escaped."""
+    err.print(f"[red]{escape(message)}[/]", soft_wrap=True)
+    raise typer.Exit(code)
+
+
 def _corpus_file(name: str) -> Path:
     from worker.jobs.composition import CompositionError, corpus_path
 
     try:
         return corpus_path(get_settings().corpora_dir, name)
     except CompositionError as exc:
-        err.print(f"[red]{escape(str(exc))}[/]", soft_wrap=True)
-        raise typer.Exit(2) from None
+        _fail(str(exc), 2)
 
 
 class IngestProgress:
@@ -134,8 +139,7 @@ def ingest(
     try:
         check_corpus_name(corpus)
     except CompositionError as exc:
-        err.print(f"[red]{escape(str(exc))}[/]", soft_wrap=True)
-        raise typer.Exit(2) from None
+        _fail(str(exc), 2)
     settings.corpora_dir.mkdir(parents=True, exist_ok=True)
     target = settings.corpora_dir / f"{corpus}.sqlite"
     progress = IngestProgress(err)
@@ -208,8 +212,7 @@ def show(
     try:
         found = summarize(path, list_documents=documents)
     except NotACorpusError as exc:
-        err.print(f"[red]{escape(str(exc))}[/]", soft_wrap=True)
-        raise typer.Exit(2) from None
+        _fail(str(exc), 2)
     facts = Table(title=escape(f"corpus {name}"), show_header=False)
     facts.add_row("file", escape(found.path))
     facts.add_row("size", _megabytes(found.size_bytes))
@@ -236,23 +239,22 @@ def search(
     query: Annotated[str, typer.Argument(help="what to look for, as a job's model would search")],
     k: Annotated[int, typer.Option("-k", help="how many hits", min=1)] = 5,
 ) -> None:
-    """The hits a `passages_search` for QUERY would get: document, page, heading path, score."""
-    from capabilities.corpus import NotACorpusError, SQLiteCorpus
+    """The hits a `passages_search` for QUERY would get: document, page, heading path, score. A
+    hybrid corpus is searched with its recorded embedder, resolved from this machine's settings as a
+    worker resolves it; when it cannot be served here, one line says why (exit 1)."""
+    from capabilities.corpus import NotACorpusError
+    from worker.interfaces.search import CorpusSearch, SearchUnavailable
+    from worker.jobs.composition import CompositionError
 
-    path = _corpus_file(name)
-
-    async def run() -> list[RetrievedChunk]:
-        store = SQLiteCorpus(path)
-        try:
-            return await store.search(query, limit=k, filter=None)
-        finally:
-            await store.close()
+    async def run() -> list[SearchHit]:
+        return await CorpusSearch.from_settings(get_settings()).search(name, query, limit=k)
 
     try:
         hits = asyncio.run(run())
-    except NotACorpusError as exc:
-        err.print(f"[red]{escape(str(exc))}[/]", soft_wrap=True)
-        raise typer.Exit(2) from None
+    except (CompositionError, NotACorpusError) as exc:
+        _fail(str(exc), 2)
+    except SearchUnavailable as exc:
+        _fail(str(exc), 1)
     if not hits:
         console.print(f"no hits for {escape(repr(query))} in {escape(name)}", highlight=False, soft_wrap=True)
         return
@@ -261,10 +263,9 @@ def search(
         table.add_column(column, justify="right" if column in ("#", "score", "page") else "left",
                          overflow="fold" if column == "chunk" else "ellipsis")
     for rank, hit in enumerate(hits, start=1):
-        document = hit.document_title or hit.document_uri
-        snippet = " ".join(hit.content.split())[:SNIPPET_CHARS]
-        table.add_row(str(rank), f"{hit.score:.3g}", escape(document), ", ".join(map(str, hit.page_numbers)),
-                      escape(" › ".join(hit.headings)), escape(hit.chunk_id), escape(snippet))
+        snippet = " ".join(hit.text.split())[:SNIPPET_CHARS]
+        table.add_row(str(rank), f"{hit.score:.3g}", escape(hit.document), ", ".join(map(str, hit.pages)),
+                      escape(" › ".join(hit.heading_path)), escape(hit.chunk_id), escape(snippet))
     console.print(table)
 
 

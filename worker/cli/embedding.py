@@ -10,13 +10,12 @@ import contextlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from pydantic_ai.exceptions import ModelAPIError, UserError
+from pydantic_ai.exceptions import ModelAPIError
 from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
 
-from capabilities.corpus import CorpusEmbedder, EmbeddingError, EmbeddingProgress, EmbeddingSummary
-from worker.jobs.allowlist import ModelUnavailable
-from worker.runtime.embedders import INGEST_SDK_RETRIES, EmbedderCache
+from capabilities.corpus import CorpusEmbedder, EmbeddingProgress, EmbeddingSummary
+from worker.runtime.embedders import EMBEDDER_FAILURES, INGEST_SDK_RETRIES, EmbedderCache
 from worker.settings import Settings
 
 NONE = "none"
@@ -26,7 +25,7 @@ class IngestFailure:
     """The errors an ingest with an embedder reports in one line (nothing else was changed, or the
     documents before the failure are complete)."""
 
-    causes = (ModelUnavailable, EmbeddingError, ModelAPIError, UserError)
+    causes = EMBEDDER_FAILURES
 
     @staticmethod
     def describe(exc: BaseException) -> str:

@@ -9,7 +9,6 @@ through `parse_batch`.
 from __future__ import annotations
 
 import sys
-import time
 from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, NoReturn
@@ -31,6 +30,8 @@ if TYPE_CHECKING:
     from worker.store.results import ResultsStore
 
 cli = typer.Typer(name="grounded", help=__doc__, no_args_is_help=True, add_completion=False)
+ANSWER_POLL_S = 0.3
+"""How often `ask --wait` looks for the answer: one key read, short beside any model's answer."""
 console = Console()
 err = Console(stderr=True)
 register_corpus(cli)
@@ -202,14 +203,17 @@ def ask(
     console.print(line("job ", (job.id, "bold"), " queued on conversation ", (conversation, "bold")), soft_wrap=True)
     if not wait:
         return
+    from worker.polling import StillWaiting, poll_until
+
     from .views import CITATION_STYLES, cited_label
 
-    deadline = time.monotonic() + timeout
-    while (result := producer.store.load_result(job.id)) is None:
-        if time.monotonic() > deadline:
-            err.print(f"[yellow]no answer after {timeout:g} s; `grounded results {job.batch_id}` shows it later[/]")
-            raise typer.Exit(3)
-        time.sleep(0.3)
+    try:
+        result = poll_until(lambda: producer.store.load_result(job.id), lambda r: r is not None, timeout_s=timeout,
+                            interval_s=ANSWER_POLL_S)
+    except StillWaiting:
+        err.print(f"[yellow]no answer after {timeout:g} s; `grounded results {job.batch_id}` shows it later[/]")
+        raise typer.Exit(3) from None
+    assert result is not None  # what `done` waited for
     if result.status == "failed" or not result.turns:
         _fail(f"failed: {result.error.type}: {result.error.message}" if result.error else "failed: no answer")
     turn = result.turns[-1]

@@ -22,6 +22,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import INTERNAL_ERROR, INVALID_PARAMS
 from pydantic import Field
 
+from capabilities.corpus import NotACorpusError
 from worker.jobs.composition import CompositionError
 from worker.jobs.lines import BatchReport
 from worker.jobs.models import JobConfig, JobResult
@@ -30,7 +31,7 @@ from worker.producer import NotFound, Producer
 from worker.store.outages import REDIS_UNAVAILABLE, unavailable
 
 from .grounding import answer_text, grounding_view, result_view
-from .search import MAX_HITS, search_corpus
+from .search import MAX_HITS, CorpusSearch, SearchUnavailable
 
 TenantOf = Callable[[Context], str]
 P = ParamSpec("P")
@@ -91,6 +92,7 @@ async def wait_for_result(producer: Producer, job_id: str, timeout_s: float) -> 
 
 def create_mcp_server(producer: Producer, tenant_of: TenantOf) -> MCPServer:
     server: MCPServer = MCPServer("grounded", instructions=INSTRUCTIONS, version="0.1.0", log_level="WARNING")
+    searcher = CorpusSearch.from_settings(producer.settings)
 
     def submit(tenant: str, lines: list[Any], config: JobConfig, *, single: bool = False) -> str:
         report = producer.validate(lines, config, tenant=tenant)
@@ -127,15 +129,19 @@ def create_mcp_server(producer: Producer, tenant_of: TenantOf) -> MCPServer:
     async def search(
         ctx: Context,
         query: Annotated[str, Field(description="words to look for")],
-        corpus: Annotated[str | None, Field(description="a served corpus; default: the only one")] = None,
+        corpus: Annotated[str | None, Field(description="a served corpus; default: the only one you may search")] = None,
         limit: Annotated[int, Field(ge=1, le=MAX_HITS)] = 5,
     ) -> dict[str, Any]:
-        """Search a corpus directly (BM25): each hit with its document, page, heading path and score."""
-        tenant_of(ctx)  # authenticated like every tool, although corpora are shared by all tenants
+        """Search a corpus directly, as a job's passage search would (BM25, or hybrid for a corpus
+        with vectors): each hit with its document, page, heading path and score."""
+        tenant = tenant_of(ctx)
+        available = producer.served_corpora(tenant)  # H13: only the corpora this tenant may name
         try:
-            hits = await search_corpus(producer.settings.corpora_dir, corpus, query, limit=limit)
+            hits = await searcher.search(corpus, query, limit=limit, available=available or [])
         except CompositionError as exc:
             raise refused(422, str(exc)) from None
+        except (SearchUnavailable, NotACorpusError) as exc:
+            raise refused(503, str(exc)) from None
         return {"query": query, "hits": [hit.model_dump() for hit in hits]}
 
     @server.tool()

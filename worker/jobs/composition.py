@@ -99,7 +99,7 @@ def _entry(raw: Any) -> CapabilitySpec:
     except ValidationError as exc:
         raise CompositionError(
             f"capability entry {raw!r} is not 'Name', {{Name: {{options}}}} or {{Name: corpus}}: "
-            f"{exc.errors()[0]['msg']}"
+            f"{problem(exc.errors()[0])}"
         ) from None
 
 
@@ -156,8 +156,14 @@ def check_corpora(composition: Composition, available: Collection[str]) -> None:
     those are only its own, and a corpus it may not use reads as one not served at all, so a tenant
     learns nothing of another's corpora."""
     for name in sorted(composition.corpora - set(available)):
-        listing = ", ".join(sorted(available)) or "none"
-        raise CompositionError(f"corpus {name!r} is not served here; known: {listing}")
+        raise not_served(name, available)
+
+
+def not_served(name: str, known: Collection[str]) -> CompositionError:
+    """The one wording of an unknown corpus, whoever asks (a job, a search): the names given in
+    `known` are all the caller learns, so for a scoped tenant they are only its own (H13)."""
+    listing = ", ".join(sorted(known)) or "none"
+    return CompositionError(f"corpus {name!r} is not served here; known: {listing}")
 
 
 def corpus_path(corpora_dir: Path, name: str) -> Path:
@@ -165,7 +171,5 @@ def corpus_path(corpora_dir: Path, name: str) -> Path:
     check_corpus_name(name)
     path = corpora_dir / f"{name}{CORPUS_SUFFIX}"
     if not path.is_file():
-        known = known_corpora(corpora_dir)
-        listing = ", ".join(known) if known else "none"
-        raise CompositionError(f"corpus {name!r} is not served here; known: {listing}")
+        raise not_served(name, known_corpora(corpora_dir))
     return path

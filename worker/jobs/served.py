@@ -14,6 +14,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from .models import JobConfig
+from .problems import problem
 
 
 class UnknownConfig(LookupError):
@@ -50,8 +51,6 @@ def read_config(name: str, path: Path) -> JobConfig:
     except OSError as exc:
         raise BrokenConfig(f"GROUNDED_CONFIGS {name!r}: cannot read {path}: {exc.strerror or exc}") from None
     except ValidationError as exc:
-        err = exc.errors()[0]
-        where = ".".join(str(p) for p in err["loc"])
-        raise BrokenConfig(f"GROUNDED_CONFIGS {name!r} ({path}): {where}: {err['msg']}") from None
+        raise BrokenConfig(f"GROUNDED_CONFIGS {name!r} ({path}): {problem(exc.errors()[0])}") from None
     except ValueError as exc:
         raise BrokenConfig(f"GROUNDED_CONFIGS {name!r} ({path}): {exc}") from None

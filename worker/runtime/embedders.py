@@ -19,9 +19,9 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from pydantic_ai.embeddings import Embedder, EmbeddingModel, infer_embedding_model
-from pydantic_ai.exceptions import UserError
+from pydantic_ai.exceptions import ModelAPIError, UserError
 
-from capabilities.corpus import CorpusEmbedder
+from capabilities.corpus import CorpusEmbedder, EmbeddingError
 from worker.jobs.allowlist import ModelUnavailable, check_key_binding
 from worker.settings import EmbeddingEndpoint, Settings
 
@@ -36,6 +36,10 @@ WORKER_SDK_RETRIES = 0
 """A worker's query embedding is retried by the job's retry policy (H6), like a model request."""
 INGEST_SDK_RETRIES = 2
 """Ingest has no retry policy of its own; the SDK's backoff rides out a brief 429 or 503."""
+EMBEDDER_FAILURES = (ModelUnavailable, EmbeddingError, ModelAPIError, UserError)
+"""What building or calling an embedder raises outside a job: it cannot be built here (no endpoint,
+key or package), its answer is unusable, or its server failed. A job has its own retry policy for
+these (H6); a command or a tool reports them in one line."""
 
 
 def build_embedder(
