@@ -2,8 +2,9 @@
 
 BM25 finds the passage that uses the reader's words; the vectors find the one that means what the
 reader asked in other words ("my script waits forever" for a page about timeouts). Each side
-proposes `CANDIDATES` chunks and their scores, scaled to [0, 1] per query, are blended (fusion.py),
-so a chunk either side ranks highly can reach the top `limit`. The result's `score` is the blend.
+proposes `CANDIDATES` chunks, and their scores are blended (fusion.py: BM25 relative to the query's
+best match, cosines as they are), so a chunk either side ranks highly can reach the top `limit`.
+The result's `score` is the blend.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 
 from ..store import RetrievedChunk
 from .embedding import CorpusEmbedder, EmbedderInfo, EmbedderMismatch, Vectors, dimension_mismatch
-from .fusion import FUSION_WEIGHTS, min_max_blend
+from .fusion import FUSION_WEIGHTS, relative_blend
 from .sqlite import bm25_ranked, document_span, results_for
 from .vectors import VectorIndexCache, nearest
 
@@ -55,5 +56,5 @@ class HybridSearch:
         lexical = bm25_ranked(conn, expression, count, span)
         graph = self.graphs.get(self.path, conn) if span is None else None
         semantic = nearest(conn, graph, vector, count, None if span is None else span[1:])
-        fused = min_max_blend([lexical, semantic], weights=FUSION_WEIGHTS)[:limit]
+        fused = relative_blend(lexical, semantic, weights=FUSION_WEIGHTS)[:limit]
         return results_for(conn, fused)

@@ -28,7 +28,7 @@ from capabilities.corpus.embedding import (
     embedding_text,
     normalised,
 )
-from capabilities.corpus.fusion import min_max_blend, reciprocal_rank_fusion
+from capabilities.corpus.fusion import min_max_blend, reciprocal_rank_fusion, relative_blend
 from capabilities.corpus.schema import open_writer
 from capabilities.corpus.vectors import INDEX_KEY, drop_vectors, recorded_embedder, sync_index
 from capabilities.corpus.writer import write_document
@@ -342,3 +342,15 @@ def test_min_max_blend_keeps_a_clear_winner_first() -> None:
     dense = [("near", 0.9), ("exact", 0.85), ("far", 0.1)]
     assert [item for item, _ in min_max_blend([lexical, dense], weights=[0.5, 0.5])] == ["exact", "near", "far"]
     assert min_max_blend([[], [("x", 0.2)]], weights=[0.5, 0.5]) == [("x", 0.5)]
+
+
+def test_relative_blend_scores_bm25_against_the_best_match_and_cosines_as_they_are() -> None:
+    lexical = [("exact", 30.0), ("near", 15.0)]
+    dense = [("meaning", 0.6), ("exact", 0.3)]
+    fused = dict(relative_blend(lexical, dense, weights=(0.3, 0.7)))
+    assert fused == pytest.approx({"exact": 0.3 + 0.21, "near": 0.15, "meaning": 0.42})
+    assert [item for item, _ in relative_blend(lexical, dense, weights=(0.3, 0.7))] == ["exact", "meaning", "near"]
+    # a cosine spread of a few hundredths stays a few hundredths: min-max would make it the whole range
+    close = [("a", 0.52), ("b", 0.50)]
+    assert relative_blend([("b", 1.0)], close, weights=(0.3, 0.7))[0][0] == "b"
+    assert relative_blend([], [("x", 0.2)], weights=(0.3, 0.7)) == [("x", pytest.approx(0.14))]
