@@ -17,7 +17,7 @@ from ..store import RetrievedChunk
 from .embedding import CorpusEmbedder, EmbedderInfo, EmbedderMismatch, Vectors, dimension_mismatch
 from .fusion import FUSION_WEIGHTS, relative_blend
 from .sqlite import bm25_ranked, document_span, results_for
-from .vectors import VectorIndexCache, nearest
+from .vectors import VectorIndexCache, nearest, start_graph_search
 
 CANDIDATES = 50
 """Chunks each ranking proposes to the fusion: far more than a search shows, so a chunk that one
@@ -53,8 +53,9 @@ class HybridSearch:
         if span is not None and span[1] > span[2]:
             return []
         count = max(CANDIDATES, limit)
-        lexical = bm25_ranked(conn, expression, count, span)
         graph = self.graphs.get(self.path, conn) if span is None else None
-        semantic = nearest(conn, graph, vector, count, None if span is None else span[1:])
+        graph_hits = start_graph_search(graph, vector, count)
+        lexical = bm25_ranked(conn, expression, count, span)
+        semantic = nearest(conn, graph, vector, count, None if span is None else span[1:], graph_hits)
         fused = relative_blend(lexical, semantic, weights=FUSION_WEIGHTS)[:limit]
         return results_for(conn, fused)
