@@ -7,14 +7,19 @@ frequent ranks are real English stopwords, and queries are drawn from the same d
 Every latency is one `SQLiteCorpus.search` call as an evidence capability makes it (thread
 hop, SQL, result models), measured from a warm cache.
 
-Run: `.venv/bin/python -m bench.search`.
+Run: `.venv/bin/python -m bench.search`. Building the 100k-chunk corpora (and above all the vector
+graph) takes minutes; with `BENCH_SEARCH_CORPORA=FOLDER` they are built into FOLDER once and
+reused by later runs (delete the folder after changing how corpora are written or indexed).
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
+import json
+import os
 import random
+import shutil
 import statistics
 import tempfile
 import time
@@ -55,6 +60,7 @@ HYBRID_GOAL_P95_MS = 40.0
 DIMENSIONS = 384
 """all-MiniLM-L6-v2's, the model bench/retrieval.py uses."""
 SEED = 20_240_601
+KEEP_ENV = "BENCH_SEARCH_CORPORA"
 _SYLLABLES = "ka lo mi ren tas vo quil bar den fi gor hu jin kel mar nos pel ru sol tim ul vek wan yor zed".split()
 
 
@@ -179,30 +185,56 @@ def row(name: str, measured: float, goal: float | None) -> dict[str, Any]:
 
 
 def run() -> list[dict[str, Any]]:
-    """Builds each corpus in a temporary folder, measures it and deletes it."""
+    """Builds each corpus in a temporary folder (or the kept one, see KEEP_ENV), measures it, and
+    deletes it unless kept."""
+    kept = os.environ.get(KEEP_ENV)
+    if kept:
+        Path(kept).mkdir(parents=True, exist_ok=True)
+        return measure(Path(kept))
+    with tempfile.TemporaryDirectory(prefix="bench-search-") as folder:
+        return measure(Path(folder))
+
+
+def measure(folder: Path) -> list[dict[str, Any]]:
     rng = random.Random(SEED)
     words, cum_weights = vocabulary(rng)
     texts = queries(words, cum_weights, rng)
     rows: list[dict[str, Any]] = []
-    with tempfile.TemporaryDirectory(prefix="bench-search-") as folder:
-        for size in SIZES:
-            path = Path(folder) / f"corpus-{size}.db"
+    built = all((folder / f"corpus-{size}.db").exists() for size in SIZES)
+    for size in SIZES:
+        path = folder / f"corpus-{size}.db"
+        if not built:  # all sizes or none: they draw from one random sequence, in this order
+            path.unlink(missing_ok=True)
             build_corpus(path, size, words, cum_weights, rng)
-            plain = asyncio.run(latencies_ms(path, texts))
-            label = f"{size // 1000}k chunks"
-            rows.append(row(f"search p50, {label}", statistics.median(plain), GOAL_P50_MS))
-            rows.append(row(f"search p95, {label}", percentile(plain, 0.95), None))
-            if size == SIZES[-1]:
-                expanded = asyncio.run(latencies_ms(path, texts, expand=True))
-                scoped = asyncio.run(latencies_ms(path, texts, scoped=True))
-                rows.append(row(f"search + expand_context p50, {label}", statistics.median(expanded), None))
-                rows.append(row(f"search in one document p50, {label}", statistics.median(scoped), None))
-                rows += hybrid_rows(path, texts, label)
+        plain = asyncio.run(latencies_ms(path, texts))
+        label = f"{size // 1000}k chunks"
+        rows.append(row(f"search p50, {label}", statistics.median(plain), GOAL_P50_MS))
+        rows.append(row(f"search p95, {label}", percentile(plain, 0.95), None))
+        if size == SIZES[-1]:
+            expanded = asyncio.run(latencies_ms(path, texts, expand=True))
+            scoped = asyncio.run(latencies_ms(path, texts, scoped=True))
+            rows.append(row(f"search + expand_context p50, {label}", statistics.median(expanded), None))
+            rows.append(row(f"search in one document p50, {label}", statistics.median(scoped), None))
+            rows += hybrid_rows(hybrid_corpus(path), texts, label)
     return rows
 
 
-def hybrid_rows(path: Path, texts: Sequence[str], label: str) -> list[dict[str, Any]]:
-    build_s = add_vectors(path, np.random.default_rng(SEED))
+def hybrid_corpus(plain: Path) -> tuple[Path, float]:
+    """A copy of the corpus with vectors and their graph, and the seconds the graph took (recorded
+    beside a kept corpus, whose graph is not built again)."""
+    path = plain.with_name(f"{plain.stem}-hybrid.db")
+    record = path.with_suffix(".json")
+    if not record.exists() or record.stat().st_mtime < plain.stat().st_mtime:
+        for leftover in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
+            leftover.unlink(missing_ok=True)
+        shutil.copy(plain, path)
+        build_s = add_vectors(path, np.random.default_rng(SEED))
+        record.write_text(json.dumps({"graph_build_s": build_s}))
+    return path, float(json.loads(record.read_text())["graph_build_s"])
+
+
+def hybrid_rows(corpus: tuple[Path, float], texts: Sequence[str], label: str) -> list[dict[str, Any]]:
+    path, build_s = corpus
     embedder = corpus_embedder(ReadyVectors(np.random.default_rng(SEED + 1)), name="bench:ready")
     timings = asyncio.run(latencies_ms(path, texts, embedder=embedder))
     scoped = asyncio.run(latencies_ms(path, texts, scoped=True, embedder=embedder))
