@@ -29,7 +29,7 @@ from capabilities.corpus.embedding import (
     normalised,
 )
 from capabilities.corpus.fusion import min_max_blend, reciprocal_rank_fusion, relative_blend
-from capabilities.corpus.schema import open_writer
+from capabilities.corpus.schema import open_reader, open_writer
 from capabilities.corpus.vectors import INDEX_KEY, drop_vectors, recorded_embedder, sync_index
 from capabilities.corpus.writer import write_document
 from tests.concepts import ConceptEmbeddingModel
@@ -315,6 +315,45 @@ def test_replaced_documents_leave_the_graph(hybrid: Path, tmp_path: Path) -> Non
     info = IndexMeta.model_validate_json(dict(conn.execute("SELECT key, value FROM corpus_meta").fetchall())[INDEX_KEY])
     conn.close()
     assert info.count == count(path, "chunk_vectors") == count(path, "chunks")
+
+
+def test_the_graph_search_started_beside_bm25_ranks_as_the_exact_search(hybrid: Path) -> None:
+    from capabilities.corpus.vectors import VectorIndexCache, nearest, start_graph_search
+
+    conn = open_reader(hybrid)
+    try:
+        query = asyncio.run(concepts().embed_query(PARAPHRASE))
+        loaded = VectorIndexCache().get(hybrid, conn)
+        assert loaded is not None
+        started = nearest(conn, loaded, query, 5, None, start_graph_search(loaded, query, 5))
+        everything = (0, 2**62)
+        exact = nearest(conn, None, query, 5, everything)
+        assert started[0][0] == exact[0][0]  # chunks of equal cosine may come in either order
+        assert [score for _, score in started] == pytest.approx([score for _, score in exact], abs=1e-3)
+        assert started == nearest(conn, loaded, query, 5, None)
+    finally:
+        conn.close()
+
+
+def test_the_graph_cache_loads_a_graph_once_and_never_serves_a_replaced_one(tmp_path: Path) -> None:
+    from capabilities.corpus.vectors import VectorIndexCache
+
+    source = tmp_path / "docs"
+    shutil.copytree(FIXTURES, source)
+    path = tmp_path / "c.sqlite"
+    ingest(path, source, embedder=concepts())
+    cache = VectorIndexCache()
+    conn = open_reader(path)
+    first = cache.get(path, conn)
+    assert first is not None and cache.get(str(path), conn) is first  # the same file, named another way
+    conn.close()
+    (source / "notes.txt").write_text("Dew heaters were replaced.\n")
+    ingest(path, source, embedder=concepts())
+    conn = open_reader(path)
+    replaced = cache.get(path, conn)
+    conn.close()
+    assert replaced is not None and replaced.meta.id != first.meta.id
+    assert len(cache._loaded) == 1
 
 
 def test_normalised_refuses_zero_and_short_answers() -> None:
