@@ -144,6 +144,7 @@ FUSIONS: dict[str, Callable[[dict[str, Any]], list[int]]] = {
     "min-max blend 0.5/0.5 (served before)": lambda c: [s for s, _ in min_max_blend([c["bm25"], c["dense"]],
                                                                                    weights=[0.5, 0.5])],
     "min-max blend 0.3/0.7": lambda c: [s for s, _ in min_max_blend([c["bm25"], c["dense"]], weights=[0.3, 0.7])],
+    "relative blend 0.2/0.8": lambda c: [s for s, _ in relative_blend(c["bm25"], c["dense"], weights=(0.2, 0.8))],
     "relative blend 0.5/0.5": lambda c: [s for s, _ in relative_blend(c["bm25"], c["dense"], weights=(0.5, 0.5))],
     f"relative blend {FUSION_WEIGHTS[0]}/{FUSION_WEIGHTS[1]} (served)": lambda c: [
         s for s, _ in relative_blend(c["bm25"], c["dense"], weights=FUSION_WEIGHTS)],
