@@ -50,7 +50,8 @@ write of a large graph from needing one huge buffer in SQLite's page cache."""
 CONNECTIVITY = 16
 EXPANSION_ADD = 128
 EXPANSION_SEARCH = 128
-"""HNSW breadth at query time; measured against exact search in bench/search.py."""
+"""HNSW breadth at query time. 64 would save about 1.2 ms of CPU a search at 100k chunks, but the
+benchmark's random vectors cannot show what it costs in recall (docs/benchmarks.md), so it stays."""
 GRAPH_SEARCH_THREADS = 4
 """Graph searches running at once in a process, beside their BM25 halves (a search takes ~1-3 ms)."""
 REBUILD_FRACTION = 0.25
