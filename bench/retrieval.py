@@ -31,7 +31,7 @@ from typing import Any
 from bench.table import print_run, row
 from capabilities.corpus import SQLiteCorpus, ingest
 from capabilities.corpus.embedding import CorpusEmbedder
-from capabilities.corpus.fusion import min_max_blend, reciprocal_rank_fusion
+from capabilities.corpus.fusion import FUSION_WEIGHTS, min_max_blend, reciprocal_rank_fusion, relative_blend
 from capabilities.corpus.hybrid import CANDIDATES
 from capabilities.corpus.query import match_expression
 from capabilities.corpus.schema import open_reader, open_writer
@@ -130,17 +130,24 @@ def candidate_rankings(path: Path, embedder: CorpusEmbedder, asked: Sequence[Que
         conn.close()
 
 
+def _rrf(c: dict[str, Any], k: int, weights: list[float] | None = None) -> list[int]:
+    return [s for s, _ in reciprocal_rank_fusion([[s for s, _ in c["bm25"]], [s for s, _ in c["dense"]]],
+                                                 k=k, weights=weights)]
+
+
 FUSIONS: dict[str, Callable[[dict[str, Any]], list[int]]] = {
     "BM25 only": lambda c: [s for s, _ in c["bm25"]],
     "dense only": lambda c: [s for s, _ in c["dense"]],
-    "RRF k=60": lambda c: [s for s, _ in reciprocal_rank_fusion([[s for s, _ in c["bm25"]],
-                                                                          [s for s, _ in c["dense"]]])],
-    "RRF k=20": lambda c: [s for s, _ in reciprocal_rank_fusion([[s for s, _ in c["bm25"]],
-                                                                 [s for s, _ in c["dense"]]], k=20)],
-    "RRF k=60, dense weight 2": lambda c: [s for s, _ in reciprocal_rank_fusion(
-        [[s for s, _ in c["bm25"]], [s for s, _ in c["dense"]]], weights=[1.0, 2.0])],
-    "min-max blend 0.5/0.5 (served)": lambda c: [s for s, _ in min_max_blend([c["bm25"], c["dense"]], weights=[0.5, 0.5])],
+    "RRF k=60": lambda c: _rrf(c, 60),
+    "RRF k=20": lambda c: _rrf(c, 20),
+    "RRF k=60, dense weight 2": lambda c: _rrf(c, 60, [1.0, 2.0]),
+    "min-max blend 0.5/0.5 (served before)": lambda c: [s for s, _ in min_max_blend([c["bm25"], c["dense"]],
+                                                                                   weights=[0.5, 0.5])],
     "min-max blend 0.3/0.7": lambda c: [s for s, _ in min_max_blend([c["bm25"], c["dense"]], weights=[0.3, 0.7])],
+    "relative blend 0.2/0.8": lambda c: [s for s, _ in relative_blend(c["bm25"], c["dense"], weights=(0.2, 0.8))],
+    "relative blend 0.5/0.5": lambda c: [s for s, _ in relative_blend(c["bm25"], c["dense"], weights=(0.5, 0.5))],
+    f"relative blend {FUSION_WEIGHTS[0]}/{FUSION_WEIGHTS[1]} (served)": lambda c: [
+        s for s, _ in relative_blend(c["bm25"], c["dense"], weights=FUSION_WEIGHTS)],
 }
 
 

@@ -7,14 +7,19 @@ frequent ranks are real English stopwords, and queries are drawn from the same d
 Every latency is one `SQLiteCorpus.search` call as an evidence capability makes it (thread
 hop, SQL, result models), measured from a warm cache.
 
-Run: `.venv/bin/python -m bench.search`.
+Run: `.venv/bin/python -m bench.search`. Building the 100k-chunk corpora (and above all the vector
+graph) takes minutes; with `BENCH_SEARCH_CORPORA=FOLDER` they are built into FOLDER once and
+reused by later runs (delete the folder after changing how corpora are written or indexed).
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
+import json
+import os
 import random
+import shutil
 import statistics
 import tempfile
 import time
@@ -55,6 +60,7 @@ HYBRID_GOAL_P95_MS = 40.0
 DIMENSIONS = 384
 """all-MiniLM-L6-v2's, the model bench/retrieval.py uses."""
 SEED = 20_240_601
+KEEP_ENV = "BENCH_SEARCH_CORPORA"
 _SYLLABLES = "ka lo mi ren tas vo quil bar den fi gor hu jin kel mar nos pel ru sol tim ul vek wan yor zed".split()
 
 
@@ -165,6 +171,30 @@ async def latencies_ms(path: Path, texts: Sequence[str], *, scoped: bool = False
         await store.close()
 
 
+async def side_by_side_ms(plain: Path, hybrid: Path, embedder: CorpusEmbedder,
+                          texts: Sequence[str]) -> dict[str, list[float]]:
+    """BM25-only and hybrid searches of the same chunks, alternating query by query (which goes
+    first rotates), so the machine's other load hits both alike; with the process CPU time of
+    each hybrid search (every thread: its graph search runs beside its BM25 ranking)."""
+    stores = {"bm25": SQLiteCorpus(plain), "hybrid": SQLiteCorpus(hybrid, embedder=embedder)}
+    out: dict[str, list[float]] = {"bm25": [], "hybrid": [], "hybrid_cpu": []}
+    try:
+        for text in texts[:WARMUP_QUERIES]:
+            for store in stores.values():
+                await store.search(text, limit=SEARCH_LIMIT, filter=None)
+        for i, text in enumerate(texts):
+            for name in ("bm25", "hybrid") if i % 2 == 0 else ("hybrid", "bm25"):
+                start, cpu = time.perf_counter(), time.process_time()
+                await stores[name].search(text, limit=SEARCH_LIMIT, filter=None)
+                out[name].append((time.perf_counter() - start) * 1000)
+                if name == "hybrid":
+                    out["hybrid_cpu"].append((time.process_time() - cpu) * 1000)
+        return out
+    finally:
+        for store in stores.values():
+            await store.close()
+
+
 def percentile(values: Sequence[float], fraction: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))]
@@ -179,39 +209,69 @@ def row(name: str, measured: float, goal: float | None) -> dict[str, Any]:
 
 
 def run() -> list[dict[str, Any]]:
-    """Builds each corpus in a temporary folder, measures it and deletes it."""
+    """Builds each corpus in a temporary folder (or the kept one, see KEEP_ENV), measures it, and
+    deletes it unless kept."""
+    kept = os.environ.get(KEEP_ENV)
+    if kept:
+        Path(kept).mkdir(parents=True, exist_ok=True)
+        return measure(Path(kept))
+    with tempfile.TemporaryDirectory(prefix="bench-search-") as folder:
+        return measure(Path(folder))
+
+
+def measure(folder: Path) -> list[dict[str, Any]]:
     rng = random.Random(SEED)
     words, cum_weights = vocabulary(rng)
     texts = queries(words, cum_weights, rng)
     rows: list[dict[str, Any]] = []
-    with tempfile.TemporaryDirectory(prefix="bench-search-") as folder:
-        for size in SIZES:
-            path = Path(folder) / f"corpus-{size}.db"
+    built = all((folder / f"corpus-{size}.db").exists() for size in SIZES)
+    for size in SIZES:
+        path = folder / f"corpus-{size}.db"
+        if not built:  # all sizes or none: they draw from one random sequence, in this order
+            path.unlink(missing_ok=True)
             build_corpus(path, size, words, cum_weights, rng)
-            plain = asyncio.run(latencies_ms(path, texts))
-            label = f"{size // 1000}k chunks"
-            rows.append(row(f"search p50, {label}", statistics.median(plain), GOAL_P50_MS))
-            rows.append(row(f"search p95, {label}", percentile(plain, 0.95), None))
-            if size == SIZES[-1]:
-                expanded = asyncio.run(latencies_ms(path, texts, expand=True))
-                scoped = asyncio.run(latencies_ms(path, texts, scoped=True))
-                rows.append(row(f"search + expand_context p50, {label}", statistics.median(expanded), None))
-                rows.append(row(f"search in one document p50, {label}", statistics.median(scoped), None))
-                rows += hybrid_rows(path, texts, label)
+        plain = asyncio.run(latencies_ms(path, texts))
+        label = f"{size // 1000}k chunks"
+        rows.append(row(f"search p50, {label}", statistics.median(plain), GOAL_P50_MS))
+        rows.append(row(f"search p95, {label}", percentile(plain, 0.95), None))
+        if size == SIZES[-1]:
+            expanded = asyncio.run(latencies_ms(path, texts, expand=True))
+            scoped = asyncio.run(latencies_ms(path, texts, scoped=True))
+            rows.append(row(f"search + expand_context p50, {label}", statistics.median(expanded), None))
+            rows.append(row(f"search in one document p50, {label}", statistics.median(scoped), None))
+            rows += hybrid_rows(path, hybrid_corpus(path), texts, label)
     return rows
 
 
-def hybrid_rows(path: Path, texts: Sequence[str], label: str) -> list[dict[str, Any]]:
-    build_s = add_vectors(path, np.random.default_rng(SEED))
+def hybrid_corpus(plain: Path) -> tuple[Path, float]:
+    """A copy of the corpus with vectors and their graph, and the seconds the graph took (recorded
+    beside a kept corpus, whose graph is not built again)."""
+    path = plain.with_name(f"{plain.stem}-hybrid.db")
+    record = path.with_suffix(".json")
+    if not record.exists() or record.stat().st_mtime < plain.stat().st_mtime:
+        for leftover in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
+            leftover.unlink(missing_ok=True)
+        shutil.copy(plain, path)
+        build_s = add_vectors(path, np.random.default_rng(SEED))
+        record.write_text(json.dumps({"graph_build_s": build_s}))
+    return path, float(json.loads(record.read_text())["graph_build_s"])
+
+
+def hybrid_rows(plain: Path, corpus: tuple[Path, float], texts: Sequence[str], label: str) -> list[dict[str, Any]]:
+    path, build_s = corpus
     embedder = corpus_embedder(ReadyVectors(np.random.default_rng(SEED + 1)), name="bench:ready")
-    timings = asyncio.run(latencies_ms(path, texts, embedder=embedder))
+    timings = asyncio.run(side_by_side_ms(plain, path, embedder, texts))
     scoped = asyncio.run(latencies_ms(path, texts, scoped=True, embedder=embedder))
     size_mb = path.stat().st_size / 1e6
     return [
         row(f"hybrid search p50, {label}, {DIMENSIONS} dims (query embedding excluded)",
-            statistics.median(timings), HYBRID_GOAL_P50_MS),
+            statistics.median(timings["hybrid"]), HYBRID_GOAL_P50_MS),
         row(f"hybrid search p95, {label}, {DIMENSIONS} dims (query embedding excluded)",
-            percentile(timings, 0.95), HYBRID_GOAL_P95_MS),
+            percentile(timings["hybrid"], 0.95), HYBRID_GOAL_P95_MS),
+        row("↳ BM25-only search p50, same chunks, alternating query by query with the line above",
+            statistics.median(timings["bm25"]), None) | {"note": f"p95 {percentile(timings['bm25'], 0.95):.1f} ms"},
+        row("↳ hybrid search CPU time p50, every thread of the process",
+            statistics.median(timings["hybrid_cpu"]), None) | {"note": f"p95 {percentile(timings['hybrid_cpu'], 0.95):.1f} ms"},
         row(f"hybrid search in one document p50, {label} (exact vectors)", statistics.median(scoped), None),
         {**row(f"vector graph build, {label}, {DIMENSIONS} dims (HNSW, f16)", build_s, None), "unit": "s"},
         {**row(f"corpus file with vectors and graph, {label}", size_mb, None), "unit": "MB"},

@@ -2,8 +2,9 @@
 
 BM25 finds the passage that uses the reader's words; the vectors find the one that means what the
 reader asked in other words ("my script waits forever" for a page about timeouts). Each side
-proposes `CANDIDATES` chunks and their scores, scaled to [0, 1] per query, are blended (fusion.py),
-so a chunk either side ranks highly can reach the top `limit`. The result's `score` is the blend.
+proposes `CANDIDATES` chunks, and their scores are blended (fusion.py: BM25 relative to the query's
+best match, cosines as they are), so a chunk either side ranks highly can reach the top `limit`.
+The result's `score` is the blend.
 """
 
 from __future__ import annotations
@@ -14,9 +15,9 @@ from dataclasses import dataclass
 
 from ..store import RetrievedChunk
 from .embedding import CorpusEmbedder, EmbedderInfo, EmbedderMismatch, Vectors, dimension_mismatch
-from .fusion import FUSION_WEIGHTS, min_max_blend
+from .fusion import FUSION_WEIGHTS, relative_blend
 from .sqlite import bm25_ranked, document_span, results_for
-from .vectors import VectorIndexCache, nearest
+from .vectors import VectorIndexCache, nearest, start_graph_search
 
 CANDIDATES = 50
 """Chunks each ranking proposes to the fusion: far more than a search shows, so a chunk that one
@@ -52,8 +53,9 @@ class HybridSearch:
         if span is not None and span[1] > span[2]:
             return []
         count = max(CANDIDATES, limit)
-        lexical = bm25_ranked(conn, expression, count, span)
         graph = self.graphs.get(self.path, conn) if span is None else None
-        semantic = nearest(conn, graph, vector, count, None if span is None else span[1:])
-        fused = min_max_blend([lexical, semantic], weights=FUSION_WEIGHTS)[:limit]
+        graph_hits = start_graph_search(graph, vector, count)
+        lexical = bm25_ranked(conn, expression, count, span)
+        semantic = nearest(conn, graph, vector, count, None if span is None else span[1:], graph_hits)
+        fused = relative_blend(lexical, semantic, weights=FUSION_WEIGHTS)[:limit]
         return results_for(conn, fused)

@@ -26,6 +26,7 @@ import threading
 import uuid
 from collections import OrderedDict
 from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -49,7 +50,10 @@ write of a large graph from needing one huge buffer in SQLite's page cache."""
 CONNECTIVITY = 16
 EXPANSION_ADD = 128
 EXPANSION_SEARCH = 128
-"""HNSW breadth at query time; measured against exact search in bench/search.py."""
+"""HNSW breadth at query time. 64 would save about 1.2 ms of CPU a search at 100k chunks, but the
+benchmark's random vectors cannot show what it costs in recall (docs/benchmarks.md), so it stays."""
+GRAPH_SEARCH_THREADS = 4
+"""Graph searches running at once in a process, beside their BM25 halves (a search takes ~1-3 ms)."""
 REBUILD_FRACTION = 0.25
 """Removed vectors stay in the graph as tombstones; past this share of them it is rebuilt."""
 
@@ -282,11 +286,13 @@ class LoadedIndex:
     meta: IndexMeta
     index: Index
     lock: threading.Lock
+    path: str | os.PathLike[str] = ""
+    """As the caller named the corpus: a cache hit compares it without resolving it again."""
 
 
 class VectorIndexCache:
-    """Graphs by (corpus file, index id), shared by every run of a process: a new ingest gives the
-    graph a new id, so a cached one is never served for a corpus that changed."""
+    """Graphs by (corpus file, stored index meta), shared by every run of a process: a new ingest
+    gives the graph a new id, so a cached one is never served for a corpus that changed."""
 
     def __init__(self, max_size: int = 8) -> None:
         self.max_size = max_size
@@ -294,20 +300,27 @@ class VectorIndexCache:
         self._lock = threading.Lock()
 
     def get(self, path: str | os.PathLike[str], conn: sqlite3.Connection) -> LoadedIndex | None:
-        meta = _index_meta(conn)
-        if meta is None:
+        """Per search: one corpus_meta read; the path is resolved and the meta parsed only when
+        the graph is not loaded yet (both cost more than the rest of this call)."""
+        row = conn.execute("SELECT value FROM corpus_meta WHERE key = ?", (INDEX_KEY,)).fetchone()
+        if row is None:
             return None
-        key = (str(Path(path).resolve()), meta.id)
         with self._lock:
+            for key, loaded in self._loaded.items():
+                if key[1] == row[0] and loaded.path == path:
+                    self._loaded.move_to_end(key)
+                    return loaded
+            key = (str(Path(path).resolve()), row[0])
             if key in self._loaded:
                 self._loaded.move_to_end(key)
                 return self._loaded[key]
+            meta = IndexMeta.model_validate_json(row[0])
             index = _load(conn, meta)
             if index is None:
                 return None
-            loaded = self._loaded[key] = LoadedIndex(meta, index, threading.Lock())
-            for stale in [k for k in self._loaded if k[0] == key[0] and k != key]:
+            for stale in [k for k in self._loaded if k[0] == key[0]]:
                 del self._loaded[stale]
+            loaded = self._loaded[key] = LoadedIndex(meta, index, threading.Lock(), path)
             while len(self._loaded) > self.max_size:
                 self._loaded.popitem(last=False)
             return loaded
@@ -316,15 +329,43 @@ class VectorIndexCache:
 # --- ranking ---------------------------------------------------------------------------------
 
 
+GraphHits = tuple[list[int], list[float]]
+"""A graph search's answer: vector ids and their distances, best first."""
+
+_graph_searches: ThreadPoolExecutor | None = None
+_pool_lock = threading.Lock()
+
+
+def search_graph(loaded: LoadedIndex, query: Vectors, count: int) -> GraphHits:
+    with loaded.lock:
+        matches = loaded.index.search(query, count)
+    return [int(k) for k in matches.keys], [float(d) for d in matches.distances]
+
+
+def start_graph_search(loaded: LoadedIndex | None, query: Vectors, count: int) -> Future[GraphHits] | None:
+    """The graph search, started on a small process-wide pool so that it runs while the caller's
+    thread ranks BM25 (SQLite and usearch both release the GIL): a hybrid search then costs about
+    its BM25 side alone when a core is free (docs/benchmarks.md). It needs no connection."""
+    global _graph_searches
+    if loaded is None:
+        return None
+    with _pool_lock:
+        if _graph_searches is None:
+            _graph_searches = ThreadPoolExecutor(max_workers=GRAPH_SEARCH_THREADS, thread_name_prefix="graph-search")
+    return _graph_searches.submit(search_graph, loaded, query, count)
+
+
 def nearest(
     conn: sqlite3.Connection,
     loaded: LoadedIndex | None,
     query: Vectors,
     count: int,
     span: tuple[int, int] | None,
+    graph_hits: Future[GraphHits] | None = None,
 ) -> list[tuple[int, float]]:
     """The `count` chunks (seq, cosine) nearest the query, best first; within one document's seq
-    span when given (exact), else from the graph plus an exact pass over vectors newer than it."""
+    span when given (exact), else from the graph (`graph_hits` when the caller started its search
+    already) plus an exact pass over vectors newer than it."""
     if span is not None:
         rows = conn.execute(
             "SELECT seq, vector FROM chunk_vectors WHERE seq BETWEEN ? AND ?", span
@@ -334,15 +375,13 @@ def nearest(
     newest = 0
     if loaded is not None:
         newest = loaded.meta.max_vid
-        with loaded.lock:
-            matches = loaded.index.search(query, count)
-        vids = [int(k) for k in matches.keys]
+        vids, distances = graph_hits.result() if graph_hits is not None else search_graph(loaded, query, count)
         if vids:
             marks = ",".join("?" * len(vids))
             seq_of = dict(conn.execute(f"SELECT vid, seq FROM chunk_vectors WHERE vid IN ({marks})", vids).fetchall())
-            for vid, distance in zip(vids, matches.distances, strict=True):
+            for vid, distance in zip(vids, distances, strict=True):
                 if vid in seq_of:
-                    found[seq_of[vid]] = 1.0 - float(distance)
+                    found[seq_of[vid]] = 1.0 - distance
     fresh = conn.execute("SELECT seq, vector FROM chunk_vectors WHERE vid > ?", (newest,)).fetchall()
     found.update(_exact(fresh, query, count))
     return sorted(found.items(), key=lambda item: -item[1])[:count]

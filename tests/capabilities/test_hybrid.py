@@ -28,8 +28,8 @@ from capabilities.corpus.embedding import (
     embedding_text,
     normalised,
 )
-from capabilities.corpus.fusion import min_max_blend, reciprocal_rank_fusion
-from capabilities.corpus.schema import open_writer
+from capabilities.corpus.fusion import min_max_blend, reciprocal_rank_fusion, relative_blend
+from capabilities.corpus.schema import open_reader, open_writer
 from capabilities.corpus.vectors import INDEX_KEY, drop_vectors, recorded_embedder, sync_index
 from capabilities.corpus.writer import write_document
 from tests.concepts import ConceptEmbeddingModel
@@ -317,6 +317,45 @@ def test_replaced_documents_leave_the_graph(hybrid: Path, tmp_path: Path) -> Non
     assert info.count == count(path, "chunk_vectors") == count(path, "chunks")
 
 
+def test_the_graph_search_started_beside_bm25_ranks_as_the_exact_search(hybrid: Path) -> None:
+    from capabilities.corpus.vectors import VectorIndexCache, nearest, start_graph_search
+
+    conn = open_reader(hybrid)
+    try:
+        query = asyncio.run(concepts().embed_query(PARAPHRASE))
+        loaded = VectorIndexCache().get(hybrid, conn)
+        assert loaded is not None
+        started = nearest(conn, loaded, query, 5, None, start_graph_search(loaded, query, 5))
+        everything = (0, 2**62)
+        exact = nearest(conn, None, query, 5, everything)
+        assert started[0][0] == exact[0][0]  # chunks of equal cosine may come in either order
+        assert [score for _, score in started] == pytest.approx([score for _, score in exact], abs=1e-3)
+        assert started == nearest(conn, loaded, query, 5, None)
+    finally:
+        conn.close()
+
+
+def test_the_graph_cache_loads_a_graph_once_and_never_serves_a_replaced_one(tmp_path: Path) -> None:
+    from capabilities.corpus.vectors import VectorIndexCache
+
+    source = tmp_path / "docs"
+    shutil.copytree(FIXTURES, source)
+    path = tmp_path / "c.sqlite"
+    ingest(path, source, embedder=concepts())
+    cache = VectorIndexCache()
+    conn = open_reader(path)
+    first = cache.get(path, conn)
+    assert first is not None and cache.get(str(path), conn) is first  # the same file, named another way
+    conn.close()
+    (source / "notes.txt").write_text("Dew heaters were replaced.\n")
+    ingest(path, source, embedder=concepts())
+    conn = open_reader(path)
+    replaced = cache.get(path, conn)
+    conn.close()
+    assert replaced is not None and replaced.meta.id != first.meta.id
+    assert len(cache._loaded) == 1
+
+
 def test_normalised_refuses_zero_and_short_answers() -> None:
     assert np.allclose(np.linalg.norm(normalised("m", [[3.0, 4.0]], 1), axis=1), 1.0)
     with pytest.raises(EmbeddingError, match="zero or non-finite"):
@@ -342,3 +381,15 @@ def test_min_max_blend_keeps_a_clear_winner_first() -> None:
     dense = [("near", 0.9), ("exact", 0.85), ("far", 0.1)]
     assert [item for item, _ in min_max_blend([lexical, dense], weights=[0.5, 0.5])] == ["exact", "near", "far"]
     assert min_max_blend([[], [("x", 0.2)]], weights=[0.5, 0.5]) == [("x", 0.5)]
+
+
+def test_relative_blend_scores_bm25_against_the_best_match_and_cosines_as_they_are() -> None:
+    lexical = [("exact", 30.0), ("near", 15.0)]
+    dense = [("meaning", 0.6), ("exact", 0.3)]
+    fused = dict(relative_blend(lexical, dense, weights=(0.3, 0.7)))
+    assert fused == pytest.approx({"exact": 0.3 + 0.21, "near": 0.15, "meaning": 0.42})
+    assert [item for item, _ in relative_blend(lexical, dense, weights=(0.3, 0.7))] == ["exact", "meaning", "near"]
+    # a cosine spread of a few hundredths stays a few hundredths: min-max would make it the whole range
+    close = [("a", 0.52), ("b", 0.50)]
+    assert relative_blend([("b", 1.0)], close, weights=(0.3, 0.7))[0][0] == "b"
+    assert relative_blend([], [("x", 0.2)], weights=(0.3, 0.7)) == [("x", pytest.approx(0.14))]
