@@ -127,3 +127,16 @@ def serve(app: Any) -> Iterator[str]:
     finally:
         server.should_exit = True
         thread.join(timeout=5)
+
+
+TOKENS = {"tok-acme": "acme", "tok-globex": "globex"}
+
+
+@pytest.fixture(scope="module")
+def api_url(cluster: Cluster, data_dir: Path) -> Iterator[str]:
+    """The producer API over the session cluster, with a token for each of two tenants (TOKENS)."""
+    from worker.api.app import create_api
+
+    settings = settings_for(cluster.space, data_dir, api_tokens=TOKENS)
+    with serve(create_api(settings, producer=Producer(settings, store=cluster.store, app=cluster.producer.app))) as url:
+        yield url

@@ -54,12 +54,10 @@ from tests.worker.conftest import (
     POLICY,
     Cluster,
     question_config,
-    serve,
     settings_for,
 )
 from tests.worker.conversational_openai import ConversationalOpenAI, answer_for
 from tests.worker.fake_openai import FakeOpenAI
-from worker.api.app import create_api
 from worker.client import BatchRejected, Conflict, GroundedClient, NotFound
 from worker.jobs.composition import COMPACTOR, READER
 from worker.jobs.lines import parse_batch
@@ -73,7 +71,6 @@ from worker.store.conversations import CompositionMismatch, ConcurrentUpdate, Co
 from worker.store.keys import BATCH_KEY, CONVERSATION_KEY, CONVERSATION_TURNS_KEY
 
 READER_ENTRY = {READER: {"corpus": CORPUS}}
-TOKENS = {"tok-acme": "acme", "tok-globex": "globex"}
 
 QUESTIONS = [
     "When does the observatory open?",
@@ -439,13 +436,6 @@ def test_H7_a_turn_retried_after_a_transport_error_is_one_question(
     assert stored is not None and history_questions(stored.messages) == turns
     assert len(chat.asked(turns[0])) == 3  # turn 1 ran once: search, cite, answer
     assert len(chat.asked(turns[1])) == 4  # the 503, then search, cite, answer
-
-
-@pytest.fixture(scope="module")
-def api_url(cluster: Cluster, data_dir: Path) -> Iterator[str]:
-    settings = settings_for(cluster.space, data_dir, api_tokens=TOKENS)
-    with serve(create_api(settings, producer=Producer(settings, store=cluster.store, app=cluster.producer.app))) as url:
-        yield url
 
 
 def wait_for_job(client: GroundedClient, job_id: str, timeout: float = 60) -> dict[str, Any]:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 
@@ -25,11 +24,9 @@ from tests.worker.conftest import (
     POLICY,
     Cluster,
     question_config,
-    serve,
     settings_for,
 )
 from tests.worker.fake_openai import FakeOpenAI
-from worker.api.app import create_api
 from worker.cli.main import cli
 from worker.client import GroundedClient, NotFound
 from worker.interfaces.openai_batch import OpenAIBatches
@@ -41,7 +38,6 @@ from worker.store.deletion import delete_batch
 from worker.store.keys import BATCH_KEY, FILE_KEY, OPENAI_BATCH_KEY, TENANT_BATCHES_KEY
 from worker.store.results import ResultsStore
 
-TOKENS = {"tok-acme": "acme", "tok-globex": "globex"}
 QUESTIONS = ["When does the observatory open?", "How large is the reflector mirror?", "Who painted the Mona Lisa?"]
 LINES = [*({"custom_id": f"q{n}", "question": q} for n, q in enumerate(QUESTIONS)),
          {"custom_id": "talk", "turns": QUESTIONS[:2]}]
@@ -60,13 +56,6 @@ def seconds(days: float) -> float:
 
 def store_key(cluster: Cluster, template: str, batch_id: str) -> str:
     return cluster.store.key(template, batch_id=batch_id)
-
-
-@pytest.fixture(scope="module")
-def api_url(cluster: Cluster, data_dir: Path) -> Iterator[str]:
-    settings = settings_for(cluster.space, data_dir, api_tokens=TOKENS)
-    with serve(create_api(settings, producer=Producer(settings, store=cluster.store, app=cluster.producer.app))) as url:
-        yield url
 
 
 def test_H14a_delete_removes_every_key_of_the_batch_for_its_tenant_only(cluster: Cluster, api_url: str) -> None:
