@@ -27,6 +27,7 @@ from tests.worker.conftest import (
     settings_for,
 )
 from tests.worker.fake_openai import FakeOpenAI
+from worker.api.conversations import conversation_view
 from worker.cli.main import cli
 from worker.client import GroundedClient, NotFound
 from worker.interfaces.openai_batch import OpenAIBatches
@@ -172,6 +173,9 @@ def test_H14e_a_continued_conversation_outlives_the_batch_that_started_it(cluste
     assert keys_of(store, first.id, first_jobs) == conversation_keys
     stored = producer.conversations.load(conversation_id)
     assert stored is not None and [t.job_id for t in stored.turns] == [conversation_id, follow.id]
+    view = conversation_view(store, producer.conversations, stored.meta)
+    assert [(t["kind"], t["question"], t["status"]) for t in view["turns"]] == [
+        ("conversation", QUESTIONS[0], "succeeded"), ("follow_up", QUESTIONS[1], "succeeded")]
     assert store.load_result(follow.id) is not None
 
 
