@@ -170,20 +170,19 @@ class ResultsStore:
         """Stores a validated batch and its jobs in one transaction; enqueueing comes after."""
         assert report.ok and report.config is not None, "only a batch without errors is stored"
         created_at = datetime.now(UTC)
+        expires_at = batch_expiry(created_at, self.retention_s, report.config.retention_days)
         batch = Batch(
             id=new_id("batch"), tenant=tenant, config=report.config, total=len(report.jobs),
-            created_at=created_at, arm=arm,
-            expires_at=batch_expiry(created_at, self.retention_s, report.config.retention_days),
+            created_at=created_at, arm=arm, expires_at=expires_at,
         )
         jobs = []
         for spec in report.jobs:
             job_id = new_id("job")
             conversation_id = spec.conversation_id or (job_id if spec.kind != "question" else None)
             jobs.append(Job(**{**spec.model_dump(), "conversation_id": conversation_id}, id=job_id, batch_id=batch.id))
-        assert batch.expires_at is not None
         with self.redis.pipeline(transaction=True) as pipe:
             pipe.set(self.key(BATCH_KEY, batch_id=batch.id), batch.model_dump_json())
-            pipe.pexpireat(self.key(BATCH_KEY, batch_id=batch.id), batch.expires_at)
+            pipe.pexpireat(self.key(BATCH_KEY, batch_id=batch.id), expires_at)  # the anchor of every other key
             for start in range(0, len(jobs), 1000):
                 chunk = jobs[start : start + 1000]
                 pipe.rpush(self.key(BATCH_JOBS_KEY, batch_id=batch.id), *[j.id for j in chunk])
