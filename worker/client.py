@@ -91,6 +91,10 @@ class GroundedClient:
     def cancel(self, batch_id: str) -> dict[str, Any]:
         return self._check(self.http.post(f"/v1/batches/{batch_id}/cancel")).json()
 
+    def delete(self, batch_id: str) -> dict[str, Any]:
+        """The batch and everything under it, now (H16)."""
+        return self._check(self.http.delete(f"/v1/batches/{batch_id}")).json()
+
     def job(self, job_id: str) -> dict[str, Any]:
         return self._check(self.http.get(f"/v1/jobs/{job_id}")).json()
 

@@ -25,8 +25,10 @@ from worker.store.conversations import (
     StoredComposition,
     composition_differences,
 )
+from worker.store.deletion import delete_batch
 from worker.store.keys import QUEUE
 from worker.store.results import ResultsStore
+from worker.store.retention import longer_than_allowed
 from worker.tasks.celery_app import ANSWER_JOB, create_app
 from worker.tasks.events import task_labels
 
@@ -44,7 +46,8 @@ class Producer:
     def __init__(self, settings: Settings, *, store: ResultsStore | None = None, app: Celery | None = None) -> None:
         self.settings = settings
         self.store = store or ResultsStore.from_url(
-            settings.redis_url, prefix=settings.key_prefix, compress_over=settings.compress_over_bytes
+            settings.redis_url, prefix=settings.key_prefix, compress_over=settings.compress_over_bytes,
+            retention_s=settings.retention_s,
         )
         self.app = app or create_app(settings)
         self.conversations = ConversationStore(self.store)
@@ -82,15 +85,20 @@ class Producer:
         """Every line and the config; `tenant` (the submitter's) limits the corpora it may name (H13)."""
         report = parse_batch(lines, config, corpora=self.served_corpora(tenant),
                              max_lines=self.settings.max_batch_lines)
-        return self._allowlisted(report)
+        return self._operator_checks(report)
 
-    def _allowlisted(self, report: BatchReport) -> BatchReport:
-        """GROUNDED_MODEL_ALLOWLIST at submission: a job the workers would refuse is never queued."""
+    def _operator_checks(self, report: BatchReport) -> BatchReport:
+        """What the operator's settings refuse at submission: a model outside GROUNDED_MODEL_ALLOWLIST
+        (a job the workers would refuse is never queued), and a retention longer than the deployment's
+        (H16: a batch may only shorten it)."""
         if report.config is not None:
             try:
                 check_model_allowed(report.config, self.settings.model_allowlist)
             except ModelUnavailable as exc:
                 report.errors.insert(0, JobLineError(CONFIG_LINE, str(exc)))
+            too_long = longer_than_allowed(report.config.retention_days, self.settings.retention_days)
+            if too_long is not None:
+                report.errors.insert(0, JobLineError(CONFIG_LINE, too_long))
         return report
 
     def submit(self, report: BatchReport, *, tenant: str, arm: str | None = None) -> Batch:
@@ -100,7 +108,7 @@ class Producer:
             with self.store.redis.pipeline(transaction=False) as pipe:
                 for job in starts:
                     self.conversations.create(job.conversation_id or job.id, tenant=tenant, config=batch.config,
-                                              job_id=job.id, pipe=pipe)
+                                              job_id=job.id, batch_id=batch.id, pipe=pipe)
                 pipe.execute()
         self._enqueue(jobs)
         return batch
@@ -133,7 +141,7 @@ class Producer:
             raise ConversationNotFound(conversation_id)
         line = {"custom_id": custom_id or f"{conversation_id}:follow-up", "question": question,
                 "metadata": {} if metadata is None else metadata}
-        report = self._allowlisted(
+        report = self._operator_checks(
             parse_batch([line], meta.config if config is None else config, corpora=self.served_corpora(tenant)))
         if not report.ok:
             raise report.errors[0]
@@ -143,7 +151,7 @@ class Producer:
             raise CompositionMismatch(conversation_id, differences)
         spec = report.jobs[0].model_copy(update={"kind": "follow_up", "conversation_id": conversation_id})
         _, (job,) = self.store.create_batch(BatchReport(config=report.config, jobs=[spec]), tenant=tenant)
-        self.conversations.add_job(conversation_id, job.id)
+        self.conversations.add_job(conversation_id, job.id, batch_id=job.batch_id)
         self._enqueue([job])
         return job
 
@@ -155,3 +163,10 @@ class Producer:
 
     def cancel(self, batch_id: str) -> None:
         self.store.request_cancel(batch_id)
+
+    def delete(self, batch_id: str, tenant: str) -> int:
+        """H16: the batch and everything under it, now; raises NotFound for another tenant's. A running
+        batch stops with it: its queued jobs are skipped, and what its running jobs still write is
+        discarded. Returns how many keys were removed."""
+        self.owned_batch(batch_id, tenant)
+        return delete_batch(self.store, batch_id, tenant)

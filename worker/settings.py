@@ -17,6 +17,8 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from capabilities import TagSigner
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+DEFAULT_RETENTION_DAYS = 30.0  # as long as the hosted batch APIs keep results
+DAY_S = 86_400
 
 
 class MissingTagKeys(RuntimeError):
@@ -98,6 +100,8 @@ class Settings(BaseSettings):
     max_batch_lines: int = Field(default=100_000, ge=1)
     max_request_bytes: int = Field(default=64 * 1024 * 1024, ge=1024)  # the API refuses larger bodies (413)
     compress_over_bytes: int = Field(default=16_384, ge=0)  # results larger than this are stored compressed
+    # a batch and everything under it expire this long after submission; a config may ask for less (H16)
+    retention_days: float = Field(default=DEFAULT_RETENTION_DAYS, gt=0)
     # name -> job config file (YAML/JSON) the operator serves to callers that cannot send a config:
     # MCP tools, OpenAI Batch lines (`body.model` names one), `grounded chat` (I1, worker.jobs.served)
     configs: Annotated[dict[str, Path], NoDecode] = Field(default_factory=dict)
@@ -162,6 +166,10 @@ class Settings(BaseSettings):
     @property
     def corpora_dir(self) -> Path:
         return self.data_dir / "corpora"
+
+    @property
+    def retention_s(self) -> float:
+        return self.retention_days * DAY_S
 
     def signer(self) -> TagSigner:
         """H8/T1: every worker signs with the newest key and verifies with all of them."""

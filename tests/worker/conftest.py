@@ -144,3 +144,16 @@ async def mcp_stdio(space: RedisSpace, data_dir: Path, tenant: str, **env: str) 
     async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
         await session.initialize()
         yield session
+
+
+TOKENS = {"tok-acme": "acme", "tok-globex": "globex"}
+
+
+@pytest.fixture(scope="module")
+def api_url(cluster: Cluster, data_dir: Path) -> Iterator[str]:
+    """The producer API over the session cluster, with a token for each of two tenants (TOKENS)."""
+    from worker.api.app import create_api
+
+    settings = settings_for(cluster.space, data_dir, api_tokens=TOKENS)
+    with serve(create_api(settings, producer=Producer(settings, store=cluster.store, app=cluster.producer.app))) as url:
+        yield url

@@ -15,23 +15,10 @@ from tests.worker.conftest import (
     POLICY,
     Cluster,
     question_config,
-    serve,
-    settings_for,
 )
-from worker.api.app import create_api
 from worker.client import BatchRejected, GroundedClient, NotFound
-from worker.producer import Producer
 from worker.store.keys import QUEUE
 from worker.store.results import STREAM_ID_PART_MAX, event_id_after
-
-TOKENS = {"tok-acme": "acme", "tok-globex": "globex"}
-
-
-@pytest.fixture(scope="module")
-def api_url(cluster: Cluster, data_dir: Path) -> Iterator[str]:
-    settings = settings_for(cluster.space, data_dir, api_tokens=TOKENS)
-    with serve(create_api(settings, producer=Producer(settings, store=cluster.store, app=cluster.producer.app))) as url:
-        yield url
 
 
 @pytest.fixture

@@ -54,12 +54,10 @@ from tests.worker.conftest import (
     POLICY,
     Cluster,
     question_config,
-    serve,
     settings_for,
 )
 from tests.worker.conversational_openai import ConversationalOpenAI, answer_for
 from tests.worker.fake_openai import FakeOpenAI
-from worker.api.app import create_api
 from worker.client import BatchRejected, Conflict, GroundedClient, NotFound
 from worker.jobs.composition import COMPACTOR, READER
 from worker.jobs.lines import parse_batch
@@ -70,10 +68,9 @@ from worker.runtime.conversations import run_conversation_job
 from worker.runtime.run import Runtime
 from worker.settings import Settings
 from worker.store.conversations import CompositionMismatch, ConcurrentUpdate, ConversationStore, StoredTurn, lock_ttl_s
-from worker.store.keys import CONVERSATION_KEY, CONVERSATION_TURNS_KEY
+from worker.store.keys import BATCH_KEY, CONVERSATION_KEY, CONVERSATION_TURNS_KEY
 
 READER_ENTRY = {READER: {"corpus": CORPUS}}
-TOKENS = {"tok-acme": "acme", "tok-globex": "globex"}
 
 QUESTIONS = [
     "When does the observatory open?",
@@ -147,6 +144,13 @@ def job_of(kind: str, prompts: list[str], *, conversation_id: str, job_id: str, 
     return job, batch
 
 
+def stored_batch(store: ConversationStore, batch: Batch) -> Batch:
+    """Writes a hand-made batch's record as the producer would: a conversation lives only as long as
+    the batch that started it (H16)."""
+    store.redis.set(store.results.key(BATCH_KEY, batch_id=batch.id), batch.model_dump_json())
+    return batch
+
+
 def raw_conversation(store: ConversationStore, conversation_id: str) -> tuple[Any, ...]:
     """The stored bytes, to compare before and after."""
     key = store.results.key(CONVERSATION_KEY, conversation_id=conversation_id)
@@ -186,7 +190,7 @@ def poking_agent() -> Agent:
 async def test_H4a_R17_a_failed_run_commits_nothing(conversations: ConversationStore) -> None:
     runtime = runtime_for(poking_agent(), FunctionModel(poke_then_fail))
     start, batch = job_of("conversation", ["hello"], conversation_id="conv-h4a", job_id="conv-h4a")
-    first = await run_conversation_job(start, batch, runtime, conversations)
+    first = await run_conversation_job(start, stored_batch(conversations, batch), runtime, conversations)
     assert first.status == "succeeded" and first.turns[0].answer == "a"
     before = raw_conversation(conversations, "conv-h4a")
 
@@ -232,7 +236,7 @@ async def test_H4_H5_a_commit_on_a_changed_version_fails_the_job_as_ConcurrentUp
 ) -> None:
     start, batch = job_of("conversation", ["hello"], conversation_id="conv-cas", job_id="conv-cas")
     plain = runtime_for(Agent(deps_type=Deps), FunctionModel(lambda m, i: ModelResponse(parts=[TextPart("a")])))
-    await run_conversation_job(start, batch, plain, conversations)
+    await run_conversation_job(start, stored_batch(conversations, batch), plain, conversations)
     stored = conversations.load("conv-cas")
     assert stored is not None and stored.version == 1
 
@@ -264,7 +268,9 @@ async def test_H3_the_worker_refuses_a_different_composition_before_the_agent_ru
 
     passages = JobConfig.model_validate(question_config(PASSAGES))
     with_reader = JobConfig.model_validate(question_config(PASSAGES, READER_ENTRY))
-    conversations.create("conv-h3w", tenant="tests", config=passages, job_id="conv-h3w")
+    _, start = job_of("conversation", ["q"], conversation_id="conv-h3w", job_id="conv-h3w", config=passages)
+    conversations.create("conv-h3w", tenant="tests", config=passages, job_id="conv-h3w",
+                         batch_id=stored_batch(conversations, start).id)
     before = raw_conversation(conversations, "conv-h3w")
     follow, batch = job_of("follow_up", ["q"], conversation_id="conv-h3w", job_id="job-h3w", config=with_reader)
     result = await run_conversation_job(follow, batch, runtime_for(Agent(deps_type=Deps), FunctionModel(model)),
@@ -432,13 +438,6 @@ def test_H7_a_turn_retried_after_a_transport_error_is_one_question(
     assert stored is not None and history_questions(stored.messages) == turns
     assert len(chat.asked(turns[0])) == 3  # turn 1 ran once: search, cite, answer
     assert len(chat.asked(turns[1])) == 4  # the 503, then search, cite, answer
-
-
-@pytest.fixture(scope="module")
-def api_url(cluster: Cluster, data_dir: Path) -> Iterator[str]:
-    settings = settings_for(cluster.space, data_dir, api_tokens=TOKENS)
-    with serve(create_api(settings, producer=Producer(settings, store=cluster.store, app=cluster.producer.app))) as url:
-        yield url
 
 
 def wait_for_job(client: GroundedClient, job_id: str, timeout: float = 60) -> dict[str, Any]:

@@ -1,5 +1,5 @@
 """`/v1/batches`: submit a batch, list a tenant's batches, follow one, read its results and events,
-cancel it."""
+cancel it, delete it."""
 
 from __future__ import annotations
 
@@ -106,7 +106,8 @@ def list_batches(
 def get_batch(batch: OwnedBatch, producer: ProducerDep) -> dict[str, Any]:
     progress = producer.store.progress(batch.id)
     assert progress is not None
-    return {**progress.as_dict(), "model": batch.config.model, "config": batch.config.model_dump(mode="json")}
+    return {**progress.as_dict(), "model": batch.config.model, "config": batch.config.model_dump(mode="json"),
+            "expires_at": batch.expires_at.isoformat() if batch.expires_at else None}
 
 
 @batches.get(
@@ -144,3 +145,11 @@ def cancel_batch(batch: OwnedBatch, producer: ProducerDep) -> dict[str, Any]:
     progress = producer.store.progress(batch.id)
     assert progress is not None
     return progress.as_dict()
+
+
+@batches.delete("/{batch_id}", responses=_NOT_FOUND)
+def delete_batch(batch: OwnedBatch, producer: ProducerDep) -> dict[str, Any]:
+    """H16: the batch, its jobs, results, events and the conversations it started leave Redis now; a
+    running batch stops (queued jobs are skipped, what running jobs still write is discarded)."""
+    producer.delete(batch.id, batch.tenant)
+    return {"id": batch.id, "object": "batch", "deleted": True}

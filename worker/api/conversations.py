@@ -78,10 +78,10 @@ async def add_turn(conversation_id: str, request: Request, producer: ProducerDep
     return {"conversation_id": conversation_id, "job_id": job.id, "batch_id": job.batch_id, "state": "queued"}
 
 
-def _committed(turn: StoredTurn, job: Job, *, wire: bool) -> dict[str, Any]:
+def _committed(turn: StoredTurn, kind: str, *, wire: bool) -> dict[str, Any]:
     exclude = {"new_messages_json"} if wire else {"new_messages_json", "wire"}
     result = turn.result.model_dump(mode="json", exclude=exclude)
-    return {"job_id": turn.job_id, "custom_id": turn.custom_id, "kind": job.kind, "status": "succeeded",
+    return {"job_id": turn.job_id, "custom_id": turn.custom_id, "kind": kind, "status": "succeeded",
             "question": result.pop("question_text"), **result}
 
 
@@ -96,10 +96,12 @@ def conversation_view(results: ResultsStore, store: ConversationStore, meta: Con
     turns: list[dict[str, Any]] = []
     for job_id in store.job_ids(meta.id):
         job = results.load_job(job_id)
-        if job is None:
-            continue
         done = committed.get(job_id, [])
-        turns += [_committed(turn, job, wire=wire) for turn in done]
+        if job is None:  # its batch expired or was deleted (H16); what it committed is the conversation's
+            turns += [_committed(turn, "conversation" if job_id == meta.id else "follow_up", wire=wire)
+                      for turn in done]
+            continue
+        turns += [_committed(turn, job.kind, wire=wire) for turn in done]
         pending = job.prompts()[len(done):]
         if pending:
             state = results.job_state(job)

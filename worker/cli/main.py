@@ -177,6 +177,21 @@ def cancel(batch_id: str) -> None:
 
 
 @cli.command()
+def delete(batch_id: str, tenant: TenantOption = None) -> None:
+    """Remove the batch and everything under it from Redis now (its jobs, results, events and the
+    conversations it started); a running batch stops. Otherwise a batch expires after
+    GROUNDED_RETENTION_DAYS."""
+    from worker.producer import NotFound
+
+    producer = _producer()
+    try:
+        removed = producer.delete(batch_id, tenant or producer.settings.cli_tenant)
+    except NotFound as exc:
+        _fail(f"{exc} for tenant {tenant or producer.settings.cli_tenant!r}")
+    console.print(f"batch {batch_id}: deleted ({removed} keys)", soft_wrap=True)
+
+
+@cli.command()
 def ask(
     question: Annotated[str, typer.Argument(help="the user's next question")],
     conversation: Annotated[str, typer.Option("--conversation", help="the conversation id (its first job's id)")],

@@ -17,7 +17,7 @@ from typing import Any
 
 from worker.jobs.served import BrokenConfig, UnknownConfig
 from worker.producer import Producer
-from worker.store.files import FileStore, FileView, StoredFile
+from worker.store.files import FileStore, FileView, StoredFile, view_file_id
 from worker.store.openai_batches import BatchProblem, Finalized, Moments, OpenAIBatchRecord, OpenAIBatchStore
 from worker.store.results import new_id
 
@@ -43,7 +43,6 @@ from .openai_format import (
     output_line,
     refusal_line,
     tokens,
-    view_file_id,
 )
 
 

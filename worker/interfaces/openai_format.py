@@ -13,7 +13,7 @@ from typing import Any
 from worker.jobs.lines import JobLineError
 from worker.jobs.models import Job, JobResult
 from worker.producer import NotFound
-from worker.store.files import FileView, StoredFile
+from worker.store.files import StoredFile
 from worker.store.openai_batches import BatchProblem, Finalized, Moments, OpenAIBatchRecord
 from worker.store.results import BatchProgress
 
@@ -287,8 +287,3 @@ def refusal_line(problem: BatchProblem) -> dict[str, Any]:
 
 def encoded(line: Mapping[str, Any]) -> bytes:
     return json.dumps(line, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
-
-
-def view_file_id(batch_id: str, view: FileView) -> str:
-    """Derived from the batch, so two API replicas finalizing one batch name the same files."""
-    return f"file-{batch_id.removeprefix('batch_')}-{view}"

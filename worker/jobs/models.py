@@ -71,6 +71,8 @@ class JobConfig(BaseModel):
     agent: dict[str, Any]
     endpoint: Endpoint | None = None
     run: RunOptions = RunOptions()
+    # keep this batch for less than the deployment's GROUNDED_RETENTION_DAYS (never more: H16)
+    retention_days: float | None = Field(default=None, gt=0)
 
     @field_validator("agent")
     @classmethod
@@ -152,6 +154,7 @@ class Batch(BaseModel):
     total: int
     created_at: datetime
     arm: str | None = None
+    expires_at: datetime | None = None  # when it and everything under it leave Redis (H16); None: kept
 
 
 class CitedChunk(BaseModel):

@@ -78,7 +78,7 @@ async def run_conversation_job(
     try:
         if job.kind == "conversation":
             await asyncio.to_thread(conversations.create, conversation_id, tenant=batch.tenant, config=batch.config,
-                                    job_id=job.id)
+                                    job_id=job.id, batch_id=batch.id)
         stored = await asyncio.to_thread(conversations.load, conversation_id)
         if stored is None:
             raise ConversationNotFound(conversation_id)

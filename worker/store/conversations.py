@@ -21,6 +21,7 @@ from worker.jobs.composition import COMPACTOR, PASSAGES, POLICY, Composition
 from worker.jobs.models import JobConfig, TurnResult
 from worker.settings import Settings
 
+from . import retention
 from .keys import CONVERSATION_JOBS_KEY, CONVERSATION_KEY, CONVERSATION_LOCK_KEY, CONVERSATION_TURNS_KEY
 from .results import ResultsStore
 
@@ -201,18 +202,37 @@ class ConversationStore:
 
     # --- producers and workers --------------------------------------------------------------------
 
-    def create(self, conversation_id: str, *, tenant: str, config: JobConfig, job_id: str, pipe: Any = None) -> bool:
-        """Idempotent: the conversation job that starts it becomes its first job, once."""
+    def _retained(self, conversation_id: str) -> list[str]:
+        """The keys that live as long as the conversation (the lock has its own short expiry)."""
+        return [self._key(template, conversation_id)
+                for template in (CONVERSATION_KEY, CONVERSATION_JOBS_KEY, CONVERSATION_TURNS_KEY)]
+
+    def create(self, conversation_id: str, *, tenant: str, config: JobConfig, job_id: str, batch_id: str,
+               pipe: Any = None) -> None:
+        """Idempotent: the conversation job that starts it becomes its first job, once. It belongs to
+        that job's batch (gone with it when the batch is), and outlives it only while follow-ups
+        continue it (H16)."""
+        if pipe is None:
+            with self.redis.pipeline(transaction=True) as own:
+                self.create(conversation_id, tenant=tenant, config=config, job_id=job_id, batch_id=batch_id, pipe=own)
+                own.execute()
+            return
         meta = ConversationMeta(id=conversation_id, tenant=tenant, config=config,
                                 composition=StoredComposition.of(config.composition), created_at=datetime.now(UTC))
         keys = [self._key(CONVERSATION_KEY, conversation_id), self._key(CONVERSATION_JOBS_KEY, conversation_id)]
         args = [meta.model_dump_json(), self.results._pack("[]"), self.results._pack("{}"), job_id]
-        return bool(self._create(keys=keys, args=args, client=pipe))
+        self._create(keys=keys, args=args, client=pipe)
+        self.results.retain(pipe, batch_id, *keys, extend=True)
 
-    def add_job(self, conversation_id: str, job_id: str) -> None:
-        """Records a follow-up's place in line; jobs run in this order (H5)."""
+    def add_job(self, conversation_id: str, job_id: str, *, batch_id: str) -> None:
+        """Records a follow-up's place in line; jobs run in this order (H5). The conversation lives at
+        least as long as the follow-up's batch, so a continued conversation is never cut off (H16)."""
         keys = [self._key(CONVERSATION_KEY, conversation_id), self._key(CONVERSATION_JOBS_KEY, conversation_id)]
-        if not self._add_job(keys=keys, args=[job_id]):
+        with self.redis.pipeline(transaction=True) as pipe:
+            self._add_job(keys=keys, args=[job_id], client=pipe)
+            self.results.retain(pipe, batch_id, *self._retained(conversation_id), extend=True, drop=False)
+            added, _ = pipe.execute()
+        if not added:
             raise ConversationNotFound(conversation_id)
 
     # --- readers ----------------------------------------------------------------------------------
@@ -262,7 +282,12 @@ class ConversationStore:
             len(messages),
             self.results._pack(turn.model_dump_json()),
         ]
-        new = int(self._commit(keys=keys, args=args))
+        with self.redis.pipeline(transaction=True) as pipe:
+            self._commit(keys=keys, args=args, client=pipe)
+            # the turns list is new at the first commit: it takes the conversation's expiry (H16)
+            retention.retain(pipe, keys[0], keys[1:], extend=True, drop=False)
+            committed, _ = pipe.execute()
+        new = int(committed)
         if new == -2:
             raise ConversationNotFound(conversation_id)
         if new < 0:

@@ -14,8 +14,9 @@ from typing import Literal
 
 from pydantic import BaseModel
 
-from .keys import FILE_KEY
+from .keys import FILE_KEY, OPENAI_BATCH_KEY
 from .results import ResultsStore
+from .retention import retain
 
 FILE_TTL_S = 30 * 24 * 3600
 FileView = Literal["output", "errors"]
@@ -31,6 +32,12 @@ class StoredFile(BaseModel):
     expires_at: int | None = None
     view_of: str | None = None  # the batch whose results this file shows...
     view: FileView | None = None  # ...and which of its files it is
+
+
+def view_file_id(batch_id: str, view: FileView) -> str:
+    """Derived from the batch, so two API replicas finalizing one batch name the same files, and
+    deleting the batch finds them (worker.store.deletion)."""
+    return f"file-{batch_id.removeprefix('batch_')}-{view}"
 
 
 def new_file_id() -> str:
@@ -60,7 +67,10 @@ class FileStore:
     def add_view(self, stored: StoredFile) -> StoredFile:
         """Idempotent: the first description of a view stays (two readers may finalize one batch)."""
         assert stored.view_of is not None and stored.view is not None, "a view names its batch and kind"
-        self.redis.hsetnx(self._key(stored.id), "meta", stored.model_dump_json())
+        with self.redis.pipeline(transaction=True) as pipe:
+            pipe.hsetnx(self._key(stored.id), "meta", stored.model_dump_json())
+            retain(pipe, self.results.key(OPENAI_BATCH_KEY, batch_id=stored.view_of), [self._key(stored.id)])
+            pipe.execute()
         loaded = self.load(stored.id)
         assert loaded is not None
         return loaded

@@ -13,6 +13,7 @@ from pydantic import BaseModel, Field
 
 from .keys import OPENAI_BATCH_KEY, TENANT_OPENAI_BATCHES_KEY
 from .results import ResultsStore
+from .retention import live_members, retain
 
 Moment = Literal["cancelling_at", "expired_at", "finalized"]
 
@@ -71,10 +72,17 @@ class OpenAIBatchStore:
 
     def create(self, record: OpenAIBatchRecord) -> None:
         """Listed by the time it was stored, to the microsecond: `created_at` has whole seconds, and
-        batches created within one second must still page in order."""
+        batches created within one second must still page in order. An accepted record lives as long
+        as its grounded batch; a refused one, which has none, for the deployment's retention (H16)."""
+        key = self._key(record.id)
         with self.redis.pipeline(transaction=True) as pipe:
-            pipe.hset(self._key(record.id), "record", record.model_dump_json())
+            pipe.hset(key, "record", record.model_dump_json())
+            if record.errors:
+                pipe.expire(key, int(self.results.retention_s))
+            else:
+                self.results.retain(pipe, record.id, key)
             pipe.zadd(self._tenant_key(record.tenant), {record.id: time.time()})
+            retain(pipe, key, [self._tenant_key(record.tenant)], extend=True, drop=False)
             pipe.execute()
 
     def load(self, batch_id: str) -> tuple[OpenAIBatchRecord, Moments] | None:
@@ -100,5 +108,5 @@ class OpenAIBatchStore:
             if rank is None:
                 raise LookupError(after)
             start = int(rank) + 1
-        ids = self.redis.zrevrange(self._tenant_key(tenant), start, start + limit)
-        return [i.decode() for i in ids[:limit]], len(ids) > limit
+        ids = live_members(self.redis, self._tenant_key(tenant), start, start + limit, self._key)
+        return ids[:limit], len(ids) > limit

@@ -18,7 +18,9 @@ import redis
 
 from worker.jobs.lines import BatchReport
 from worker.jobs.models import Batch, Job, JobResult
+from worker.settings import DAY_S, DEFAULT_RETENTION_DAYS
 
+from . import retention
 from .keys import (
     BATCH_CANCEL_KEY,
     BATCH_CANCELLED_JOBS_KEY,
@@ -36,6 +38,7 @@ from .keys import (
     RESULT_KEY,
     TENANT_BATCHES_KEY,
 )
+from .retention import batch_expiry, live_members
 
 EVENTS_MAXLEN = 100_000
 _COMPRESSED = b"z:"
@@ -135,18 +138,25 @@ class BatchProgress:
 
 
 class ResultsStore:
-    """One per process; the Redis client is thread-safe, so the threads pool shares it."""
+    """One per process; the Redis client is thread-safe, so the threads pool shares it. `retention_s`
+    is how long a batch it stores is kept (H16); only producers store batches."""
 
-    def __init__(self, client: redis.Redis, *, prefix: str = "grounded:", compress_over: int = 16_384) -> None:
-        self.redis, self.prefix, self.compress_over = client, prefix, compress_over
+    def __init__(self, client: redis.Redis, *, prefix: str = "grounded:", compress_over: int = 16_384,
+                 retention_s: float = DEFAULT_RETENTION_DAYS * DAY_S) -> None:
+        self.redis, self.prefix, self.compress_over, self.retention_s = client, prefix, compress_over, retention_s
         self._finish = client.register_script(_FINISH)
 
     @classmethod
-    def from_url(cls, url: str, *, prefix: str = "grounded:", compress_over: int = 16_384) -> ResultsStore:
-        return cls(redis.Redis.from_url(url), prefix=prefix, compress_over=compress_over)
+    def from_url(cls, url: str, *, prefix: str = "grounded:", compress_over: int = 16_384,
+                 retention_s: float = DEFAULT_RETENTION_DAYS * DAY_S) -> ResultsStore:
+        return cls(redis.Redis.from_url(url), prefix=prefix, compress_over=compress_over, retention_s=retention_s)
 
     def key(self, template: str, **fields: str) -> str:
         return self.prefix + template.format(**fields)
+
+    def retain(self, client: Any, batch_id: str, *keys: str, extend: bool = False, drop: bool = True) -> None:
+        """H16: what every write for a batch calls with the keys it wrote (worker.store.retention)."""
+        retention.retain(client, self.key(BATCH_KEY, batch_id=batch_id), keys, extend=extend, drop=drop)
 
     # --- blobs ------------------------------------------------------------------------------------
 
@@ -167,9 +177,11 @@ class ResultsStore:
     def create_batch(self, report: BatchReport, *, tenant: str, arm: str | None = None) -> tuple[Batch, list[Job]]:
         """Stores a validated batch and its jobs in one transaction; enqueueing comes after."""
         assert report.ok and report.config is not None, "only a batch without errors is stored"
+        created_at = datetime.now(UTC)
+        expires_at = batch_expiry(created_at, self.retention_s, report.config.retention_days)
         batch = Batch(
             id=new_id("batch"), tenant=tenant, config=report.config, total=len(report.jobs),
-            created_at=datetime.now(UTC), arm=arm,
+            created_at=created_at, arm=arm, expires_at=expires_at,
         )
         jobs = []
         for spec in report.jobs:
@@ -178,12 +190,17 @@ class ResultsStore:
             jobs.append(Job(**{**spec.model_dump(), "conversation_id": conversation_id}, id=job_id, batch_id=batch.id))
         with self.redis.pipeline(transaction=True) as pipe:
             pipe.set(self.key(BATCH_KEY, batch_id=batch.id), batch.model_dump_json())
+            pipe.pexpireat(self.key(BATCH_KEY, batch_id=batch.id), expires_at)  # the anchor of every other key
             for start in range(0, len(jobs), 1000):
                 chunk = jobs[start : start + 1000]
                 pipe.rpush(self.key(BATCH_JOBS_KEY, batch_id=batch.id), *[j.id for j in chunk])
                 pipe.mset({self.key(JOB_KEY, job_id=j.id): j.model_dump_json() for j in chunk})
+                self.retain(pipe, batch.id, *[self.key(JOB_KEY, job_id=j.id) for j in chunk])
             pipe.zadd(self.key(TENANT_BATCHES_KEY, tenant=tenant), {batch.id: batch.created_at.timestamp()})
+            self.retain(pipe, batch.id, self.key(TENANT_BATCHES_KEY, tenant=tenant), extend=True, drop=False)
             self._event(pipe, batch.id, "batch_submitted", total=str(batch.total))
+            self.retain(pipe, batch.id, self.key(BATCH_JOBS_KEY, batch_id=batch.id),
+                        self.key(BATCH_EVENTS_KEY, batch_id=batch.id))
             pipe.execute()
         return batch, jobs
 
@@ -193,6 +210,8 @@ class ResultsStore:
         with self.redis.pipeline(transaction=True) as pipe:
             pipe.set(self.key(BATCH_CANCEL_KEY, batch_id=batch_id), "1")
             self._event(pipe, batch_id, "batch_cancel_requested")
+            self.retain(pipe, batch_id, self.key(BATCH_CANCEL_KEY, batch_id=batch_id),
+                        self.key(BATCH_EVENTS_KEY, batch_id=batch_id))
             pipe.execute()
 
     # --- workers ----------------------------------------------------------------------------------
@@ -216,6 +235,8 @@ class ResultsStore:
             pipe.get(self.key(JOB_HANDBACKS_KEY, job_id=job.id))
             pipe.sadd(self.key(BATCH_RUNNING_KEY, batch_id=job.batch_id), job.id)
             self._event(pipe, job.batch_id, "job_started", job_id=job.id)
+            self.retain(pipe, job.batch_id, self.key(JOB_ATTEMPTS_KEY, job_id=job.id),
+                        self.key(BATCH_RUNNING_KEY, batch_id=job.batch_id), self.key(BATCH_EVENTS_KEY, batch_id=job.batch_id))
             attempts, handbacks, *_ = pipe.execute()
         return AttemptStart(int(attempts), int(handbacks or 0))
 
@@ -225,12 +246,15 @@ class ResultsStore:
             pipe.incr(self.key(JOB_HANDBACKS_KEY, job_id=job.id))
             pipe.srem(self.key(BATCH_RUNNING_KEY, batch_id=job.batch_id), job.id)
             self._event(pipe, job.batch_id, "job_handed_back", job_id=job.id)
+            self.retain(pipe, job.batch_id, self.key(JOB_HANDBACKS_KEY, job_id=job.id),
+                        self.key(BATCH_RUNNING_KEY, batch_id=job.batch_id), self.key(BATCH_EVENTS_KEY, batch_id=job.batch_id))
             pipe.execute()
 
     def note_retry(self, job: Job, *, delay_s: float, error: str) -> None:
         with self.redis.pipeline(transaction=True) as pipe:
             pipe.srem(self.key(BATCH_RUNNING_KEY, batch_id=job.batch_id), job.id)
             self._event(pipe, job.batch_id, "job_retrying", job_id=job.id, delay_s=f"{delay_s:.1f}", error=error[:500])
+            self.retain(pipe, job.batch_id, self.key(BATCH_EVENTS_KEY, batch_id=job.batch_id))
             pipe.execute()
 
     def write_result(self, result: JobResult, *, total: int) -> bool:
@@ -259,7 +283,10 @@ class ResultsStore:
             self.key(BATCH_FINISHED_KEY, **b),
         ]
         now = datetime.now(UTC).isoformat()
-        new, finished = self._finish(keys=keys, args=[job_id, blob, status, total, EVENTS_MAXLEN, event, now])
+        with self.redis.pipeline(transaction=True) as pipe:
+            self._finish(keys=keys, args=[job_id, blob, status, total, EVENTS_MAXLEN, event, now], client=pipe)
+            self.retain(pipe, batch_id, *keys)
+            (new, finished), _ = pipe.execute()
         return int(new), int(finished)
 
     def _event(self, pipe: Any, batch_id: str, event: str, **fields: str) -> None:
@@ -360,8 +387,9 @@ class ResultsStore:
                 for eid, fields in entries]
 
     def tenant_batches(self, tenant: str, *, limit: int = 100) -> list[str]:
-        ids = self.redis.zrevrange(self.key(TENANT_BATCHES_KEY, tenant=tenant), 0, limit - 1)
-        return [i.decode() for i in ids]
+        """Newest first; batches that expired or were deleted leave the index here (H16)."""
+        return live_members(self.redis, self.key(TENANT_BATCHES_KEY, tenant=tenant), 0, limit - 1,
+                            lambda batch_id: self.key(BATCH_KEY, batch_id=batch_id))
 
     def delete_prefix(self) -> int:
         """Removes every key under this store's prefix: for tests and the demo, which own theirs."""

@@ -38,10 +38,10 @@ def answer_job(self: Task, job_id: str, lock_waits: int = 0) -> str:
     worker = process_worker()
     job = worker.store.load_job(job_id)
     batch = worker.store.load_batch(job.batch_id) if job is not None else None
-    if job is None or batch is None:
-        log.error("job_missing", job_id=job_id)
-        raise JobFailed(f"JobMissing: job {job_id!r} or its batch is not in the results store "
-                        "(deleted, or another deployment's key prefix)")
+    if job is None or batch is None:  # its batch was deleted or expired (H16): nothing to run or report
+        log.warning("job_skipped", job_id=job_id, reason="job or batch not in the results store (deleted, expired, "
+                    "or another deployment's key prefix)")
+        return "skipped"
     with job_context(job, batch):
         if worker.store.cancel_requested(batch.id):
             if worker.store.mark_cancelled(job, total=batch.total):
