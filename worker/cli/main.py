@@ -227,8 +227,19 @@ def worker(
     ] = None,
     pool: Annotated[str | None, typer.Option(help="threads (default) or prefork")] = None,
     loglevel: Annotated[str, typer.Option("-l", "--loglevel")] = "info",
+    processes: Annotated[
+        int | None, typer.Option("-p", "--processes", min=1,
+                                 help="worker processes on this host (default GROUNDED_PROCESSES, else one per core)")
+    ] = None,
+    name: Annotated[
+        str | None, typer.Option("-n", "--name", help="node name (default grounded@<hostname>); "
+                                 "with several processes, each is <name>-<i>@<host>")
+    ] = None,
 ) -> None:
-    """Run a Celery worker for the job queue (threads pool: many LLM-bound jobs per process)."""
+    """Run Celery workers for the job queue: one process per core by default, each with its own
+    event loop and threads pool (many LLM-bound jobs per process), stopped together."""
+    import socket
+
     from worker.settings import MissingTagKeys
 
     settings = get_settings()
@@ -236,11 +247,22 @@ def worker(
         settings.signer()
     except MissingTagKeys as exc:
         _fail(str(exc), 2)
+    from worker.tasks.supervisor import Supervisor, available_cores, child_names
+
+    node = name or f"grounded@{socket.gethostname()}"
+    count = processes or settings.processes or available_cores()
+    jobs_at_once = str(concurrency or settings.concurrency)
+    if count > 1:
+        def command_for(child: str) -> list[str]:
+            return [sys.executable, "-m", "worker.cli", "worker", "--processes", "1", "--name", child,
+                    "--concurrency", jobs_at_once, "--pool", pool or settings.pool, "--loglevel", loglevel]
+
+        raise typer.Exit(Supervisor(child_names(node, count), command_for).run())
     from worker.app import app as celery_app
     from worker.store.keys import QUEUE
 
     celery_app.worker_main([
-        "worker", "--pool", pool or settings.pool, "--concurrency", str(concurrency or settings.concurrency),
+        "worker", "--pool", pool or settings.pool, "--concurrency", jobs_at_once, "--hostname", node,
         "--queues", QUEUE, "--loglevel", loglevel, "--task-events",
     ])
 
