@@ -253,6 +253,10 @@ def worker(
     count = processes or settings.processes or available_cores()
     jobs_at_once = str(concurrency or settings.concurrency)
     if count > 1:
+        from worker.tasks.logs import configure_logging
+
+        configure_logging(loglevel)  # the supervisor's lines in the workers' format
+
         def command_for(child: str) -> list[str]:
             return [sys.executable, "-m", "worker.cli", "worker", "--processes", "1", "--name", child,
                     "--concurrency", jobs_at_once, "--pool", pool or settings.pool, "--loglevel", loglevel]
