@@ -126,3 +126,20 @@ def test_sigterm_lets_a_running_job_finish_before_the_processes_exit(
     finally:
         stop(supervisor)
         producer.app.close()
+
+
+def test_a_process_that_keeps_dying_stops_the_group_with_exit_code_1(monkeypatch: pytest.MonkeyPatch) -> None:
+    import worker.tasks.supervisor as supervisor_module
+
+    monkeypatch.setattr(supervisor_module, "RESTART_DELAY_S", 0.01)
+    monkeypatch.setattr(supervisor_module, "POLL_S", 0.01)
+    starts: list[str] = []
+
+    def command_for(name: str) -> list[str]:
+        starts.append(name)
+        return [sys.executable, "-c", "import sys; sys.exit(3)"]
+
+    group = supervisor_module.Supervisor(["a-1@h", "a-2@h"], command_for)
+    assert group.run() == 1
+    assert starts == ["a-1@h", "a-2@h"]  # commands are made once per child, at start
+    assert max(len(child.deaths) for child in group.children) == supervisor_module.MAX_RESTARTS
