@@ -1,17 +1,26 @@
-"""How close one worker process gets to its ideal throughput when the model is slow.
+"""One worker process against a bare pydantic-ai agent, on a slow model, at C = 16 and 64.
 
 A fake OpenAI-compatible server on 127.0.0.1 answers every request after LATENCY_S (search with
 the question, then cite the first chunk shown, then answer: three requests a job). One real worker
-process, threads pool with C threads, runs batches of 64 and 256 jobs. Ideal throughput is C jobs
-per job latency (C / (3 × LATENCY_S)); measured is jobs / (batch accepted → batch finished), the
-batch submitted straight to the store and queue so submission is not timed. Goal: ≥ 90 % of ideal
-at C = 64.
+process, threads pool with C threads, runs batches of JOBS jobs, submitted straight to the store
+and queue (submission is not timed: accepted → batch finished). The bare agent
+(`bench/bare_agent.py`: the OpenAI client, two plain function tools over the same corpus file, C
+runs at once on one event loop, no queue) answers the same server with the same questions, in a
+subprocess of its own. Rounds alternate which side goes first, so drift on a shared machine hits
+both; medians. CPU is each process's own (user + system), so it is less sensitive to the machine's
+other load than wall time.
+
+Goals (issue 16): worker CPU per job ≤ 1.15 × the bare agent's; worker throughput ≥ 0.9 × the bare
+agent's at C = 16 and C = 64. Ideal throughput, C / (3 × LATENCY_S), is shown for both.
 
 Run: `.venv/bin/python -m bench.concurrency`.
 """
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -21,9 +30,11 @@ from bench.table import median, row
 
 LATENCY_S = 0.2
 REQUESTS_PER_JOB = 3
-RUNS = ((16, 64), (16, 256), (64, 64), (64, 256))  # (concurrency, jobs)
-GOAL_PERCENT = 90.0
-GOAL_AT = 64
+CONCURRENCY = (16, 64)
+JOBS = 128
+ROUNDS = 2
+GOAL_CPU = 1.15
+GOAL_THROUGHPUT = 0.9
 POLL_S = 0.02
 
 
@@ -68,43 +79,68 @@ def cpu_seconds(pid: int) -> float:
     return times.user + times.system
 
 
+def bare_round(base_url: str, corpus_file: Path, concurrency: int, jobs: int) -> tuple[float, float]:
+    """(seconds, CPU seconds) of the bare agent answering `jobs` questions, in its own process."""
+    done = subprocess.run([sys.executable, "-m", "bench.bare_agent", base_url, str(corpus_file), str(concurrency),
+                           str(jobs)], cwd=infra.REPO, capture_output=True, text=True, timeout=600, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"the bare agent failed:\n{done.stderr[-2000:]}")
+    measured = json.loads(done.stdout.strip().splitlines()[-1])
+    return measured["wall_s"], measured["cpu_s"]
+
+
+def worker_round(producer: Any, pid: int, cfg: dict[str, Any], jobs: int, tag: str) -> tuple[float, float]:
+    before = cpu_seconds(pid)
+    elapsed = run_batch(producer, jobs, cfg, tag)
+    return elapsed, cpu_seconds(pid) - before
+
+
+def compare_rows(c: int, worker: list[tuple[float, float]], bare: list[tuple[float, float]]) -> list[dict[str, Any]]:
+    w_rate, b_rate = median([JOBS / s for s, _ in worker]), median([JOBS / s for s, _ in bare])
+    w_cpu, b_cpu = median([cpu / JOBS * 1000 for _, cpu in worker]), median([cpu / JOBS * 1000 for _, cpu in bare])
+    ideal = c / (REQUESTS_PER_JOB * LATENCY_S)
+    return [
+        row(f"concurrency: worker vs bare agent, CPU per job at C={c}", w_cpu / b_cpu, "×", GOAL_CPU,
+            note=f"{w_cpu:.1f} vs {b_cpu:.1f} ms"),
+        row(f"concurrency: worker vs bare agent, throughput at C={c}", w_rate / b_rate, "×", GOAL_THROUGHPUT,
+            better="higher", note=f"{w_rate:.1f} vs {b_rate:.1f} jobs/s; {JOBS} jobs"),
+        row(f"↳ worker throughput / ideal at C={c}", 100 * w_rate / ideal, "%", note=f"ideal {ideal:.1f} jobs/s"),
+        row(f"↳ bare agent throughput / ideal at C={c}", 100 * b_rate / ideal, "%"),
+    ]
+
+
 def run() -> list[dict[str, Any]]:
     from worker.producer import Producer
 
     rows: list[dict[str, Any]] = []
-    cpu: list[float] = []
     fake = infra.SlowFakeOpenAI(LATENCY_S).start()
     try:
         with infra.temporary_folder("bench-concurrency-") as tmp:
             folder = Path(tmp)
             data = infra.data_dir(folder)
+            corpus_file = data / "corpora" / f"{infra.CORPUS}.sqlite"
             cfg = config(fake.base_url)
             with infra.private_redis(folder) as server:
-                for concurrency in sorted({c for c, _ in RUNS}):
+                for c in CONCURRENCY:
                     prefix = infra.new_prefix()
-                    env = infra.worker_env(server.url, prefix, data, GROUNDED_CONCURRENCY=str(concurrency))
+                    env = infra.worker_env(server.url, prefix, data, GROUNDED_CONCURRENCY=str(c))
                     producer = Producer(infra.settings_for(server.url, prefix, data))
-                    workers = infra.start_workers(env, folder, concurrency=concurrency)
+                    workers = infra.start_workers(env, folder, concurrency=c)
+                    worker: list[tuple[float, float]] = []
+                    bare: list[tuple[float, float]] = []
                     try:
-                        run_batch(producer, concurrency, cfg, f"warmup-{concurrency}")
-                        for c, jobs in RUNS:
-                            if c != concurrency:
-                                continue
-                            before = cpu_seconds(workers[0].process.pid)
-                            elapsed = run_batch(producer, jobs, cfg, f"c{c}-n{jobs}")
-                            cpu_ms = (cpu_seconds(workers[0].process.pid) - before) / jobs * 1000
-                            throughput = jobs / elapsed
-                            ideal = c / (REQUESTS_PER_JOB * LATENCY_S)
-                            goal = GOAL_PERCENT if c == GOAL_AT else None
-                            rows.append(row(f"concurrency: {jobs} jobs at C={c}, throughput / ideal",
-                                            100 * throughput / ideal, "%", goal, better="higher",
-                                            note=f"{throughput:.1f} of {ideal:.1f} jobs/s; {elapsed:.2f} s"))
-                            cpu.append(cpu_ms)
-                        rows.append(row(f"↳ worker process CPU per job at C={concurrency}", median(cpu[-2:]), "ms",
-                                        note=f"one process is capped near {1000 / median(cpu[-2:]):.0f} jobs/s"))
+                        run_batch(producer, c, cfg, f"warmup-{c}")
+                        for r in range(ROUNDS):
+                            sides = [lambda: bare.append(bare_round(fake.base_url, corpus_file, c, JOBS)),
+                                     lambda: worker.append(worker_round(producer, workers[0].process.pid, cfg, JOBS,
+                                                                        f"c{c}-r{r}"))]
+                            for side in sides[r % 2 :] + sides[: r % 2]:
+                                side()
+                                fake.reset()
                     finally:
                         infra.stop_workers(workers)
                         producer.app.close()
+                    rows += compare_rows(c, worker, bare)
     finally:
         fake.stop()
     return rows

@@ -1,7 +1,8 @@
 """A real worker process whose model is CPU-bound and scripted: the scale-out benchmark's worker.
 
 `python -m bench.cpu_worker worker ...` (Celery's own arguments) registers one extra model name,
-`bench-cpu`, then starts the usual `worker.app` worker. The model makes the same three turns as the
+`bench-cpu`, then starts the usual `worker.app` worker; `python -m bench.cpu_worker supervise N NAME
+THREADS` runs N of those under the supervisor of `grounded worker --processes N`. The model makes the same three turns as the
 in-process benchmarks (search with the question, cite the first results shown, answer), and before
 each it does a fixed amount of pure-Python work, so throughput is in units of work that cannot
 overlap inside one process (the GIL) and can only scale across processes. Everything else is the
@@ -55,7 +56,23 @@ def install() -> None:
     models.build_model = build_model
 
 
+def worker_command(name: str, threads: int) -> list[str]:
+    from worker.store.keys import QUEUE
+
+    return [sys.executable, "-m", "bench.cpu_worker", "worker", "--pool", "threads", "-c", str(threads), "-Q", QUEUE,
+            "-n", name, "-l", "warning", "--without-gossip", "--without-mingle", "--without-heartbeat"]
+
+
+def supervise(processes: int, base: str, threads: int) -> int:
+    """What `grounded worker --processes N` runs, with these workers as its children."""
+    from worker.tasks.supervisor import Supervisor, child_names
+
+    return Supervisor(child_names(base, processes), lambda name: worker_command(name, threads)).run()
+
+
 def main(argv: list[str]) -> None:
+    if argv[:1] == ["supervise"]:  # supervise PROCESSES BASE_NAME THREADS
+        sys.exit(supervise(int(argv[1]), argv[2], int(argv[3])))
     install()
     from worker.app import app
 

@@ -13,7 +13,6 @@ import contextlib
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -133,23 +132,6 @@ def start_workers(env: dict[str, str], log_dir: Path, *, n: int = 1, concurrency
     """Real `celery worker` processes (threads pool), started together and ready when they answer a ping."""
     workers = [start_worker_process(env, log_dir / f"worker-{uuid.uuid4().hex[:6]}.log", concurrency=concurrency,
                                   wait=False, loglevel="warning") for _ in range(n)]
-    return ready(workers)
-
-
-def start_cpu_workers(env: dict[str, str], log_dir: Path, *, n: int, concurrency: int) -> list[WorkerProcess]:
-    """Workers launched through bench/cpu_worker.py (the production worker plus the `bench-cpu` model)."""
-    from worker.store.keys import QUEUE
-
-    workers = []
-    for _ in range(n):
-        name = f"cpu-{uuid.uuid4().hex[:6]}@localhost"
-        log = log_dir / f"{name.split('@')[0]}.log"
-        command = [sys.executable, "-m", "bench.cpu_worker", "worker", "--pool", "threads", "-c", str(concurrency),
-                   "-Q", QUEUE, "-n", name, "-l", "warning", "--without-gossip", "--without-mingle",
-                   "--without-heartbeat"]
-        with log.open("wb") as handle:
-            process = subprocess.Popen(command, cwd=REPO, env=env, stdout=handle, stderr=subprocess.STDOUT)
-        workers.append(WorkerProcess(process, log, name, env))
     return ready(workers)
 
 

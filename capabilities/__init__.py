@@ -34,7 +34,7 @@ from .ledger import (
 from .passages import PassageSearchCapability, PassagesState, create_passages
 from .policy import POLICY_NAMESPACE, CitationPolicyCapability, CitationPolicyState, create_policy, redirects_delivered
 from .reader import DocumentReaderCapability, ReaderState, create_reader
-from .store import RetrievedChunk
+from .store import Chunk, Document, RetrievedChunk
 from .tags import TagSigner, has_machine_tag
 
 __all__ = [
@@ -47,6 +47,7 @@ __all__ = [
     "build_capsule",
     "CapabilityEvidenceRecord",
     "Capsule",
+    "Chunk",
     "citation_status",
     "CitationDeclaration",
     "CitationPolicyCapability",
@@ -60,6 +61,7 @@ __all__ = [
     "declared_refs",
     "Deps",
     "discover_evidence",
+    "Document",
     "DiscoveredEvidence",
     "DocumentReaderCapability",
     "EvidenceCapability",

@@ -68,6 +68,7 @@ class Settings(BaseSettings):
     task_soft_limit_s: int = Field(default=600, ge=1)  # the longest a job's runs may take in total
     task_hard_limit_s: int = Field(default=660, ge=1)  # prefork kills the child here; threads cannot be killed
     concurrency: int = Field(default=8, ge=1)  # jobs in flight per worker process (threads pool)
+    processes: int | None = Field(default=None, ge=1)  # `grounded worker` processes per host; None: one per core
     pool: str = "threads"  # LLM-bound jobs wait on HTTP, so threads give concurrency without processes
     model_allowlist: Annotated[list[str] | None, NoDecode] = None  # fnmatch patterns; None allows any model
     # tenant -> the corpora its jobs may name (H13; `*` for every other tenant, or for every corpus);

@@ -145,6 +145,12 @@ class SQLiteCorpus:
     async def get_picture_bytes(self, document_id: str, self_ref: str) -> bytes | None:
         return await self._run(lambda conn: _picture(conn, document_id, self_ref))
 
+    def data_version(self) -> int:
+        """SQLite's `PRAGMA data_version`: it moves whenever another connection commits to the file,
+        so a host that keeps this instance between runs can tell whether it is still current."""
+        with self._lock:
+            return int(self._conn.execute("PRAGMA data_version").fetchone()[0])
+
     async def close(self) -> None:
         """Idempotent."""
         await self._run(lambda conn: conn.close())

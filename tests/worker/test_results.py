@@ -79,3 +79,27 @@ def test_attempts_count_every_start(redis_space: RedisSpace) -> None:
     _, (job, _) = stored_batch(store)
     assert [store.begin_attempt(job).number, store.begin_attempt(job).number] == [1, 2]
     assert store.job_state(job) == "running"
+
+
+def test_a_task_reads_its_job_batch_and_cancel_flag_in_one_round_trip(redis_space: RedisSpace) -> None:
+    store = redis_space.store()
+    batch, (job, _) = stored_batch(store)
+    assert store.load_run(job.id) == (job, batch, False)
+    store.request_cancel(batch.id)
+    loaded_job, loaded_batch, cancelled = store.load_run(job.id)
+    assert (loaded_job, loaded_batch, cancelled) == (job, batch, True)
+    assert loaded_batch is store.load_batch(batch.id)  # parsed once per process while its bytes stay the same
+    assert store.load_run("job_missing") == (None, None, False)
+
+
+def test_H10_the_write_that_counts_a_job_adds_its_metrics_once(redis_space: RedisSpace) -> None:
+    from worker.store.keys import METRICS_KEY
+
+    store = redis_space.store()
+    batch, (job, other) = stored_batch(store)
+    counts = {"jobs:succeeded:question": 1, "job:sum": 0.25}
+    assert store.write_result(result_for(job), total=batch.total, metrics=counts) is True
+    assert store.write_result(result_for(job), total=batch.total, metrics=counts) is False
+    assert store.mark_cancelled(other, total=batch.total, metrics={"jobs:cancelled:question": 1}) is True
+    stored = {k.decode(): float(v) for k, v in store.redis.hgetall(store.key(METRICS_KEY)).items()}
+    assert stored == {"jobs:succeeded:question": 1.0, "job:sum": 0.25, "jobs:cancelled:question": 1.0}

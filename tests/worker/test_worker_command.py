@@ -33,7 +33,7 @@ def test_two_grounded_workers_on_one_host_answer_by_their_own_names(
     env = worker_env(redis_space, data_dir, GROUNDED_WORKER_NAME="from-env@here")
     grounded = str(Path(sys.executable).with_name("grounded"))
     logs = [tmp_path / "named.log", tmp_path / "env.log"]
-    commands = [[grounded, "worker", "-c", "1", "--name", "named@here"], [grounded, "worker", "-c", "1"]]
+    commands = [[grounded, "worker", "-p", "1", "-c", "1", "--name", "named@here"], [grounded, "worker", "-p", "1", "-c", "1"]]
     processes = [subprocess.Popen(c, cwd=REPO, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT)
                  for c, log in zip(commands, logs, strict=True)]
     app = create_app(Settings(redis_url=redis_space.url, key_prefix=redis_space.prefix))

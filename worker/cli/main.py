@@ -246,14 +246,19 @@ def worker(
     ] = None,
     pool: Annotated[str | None, typer.Option(help="threads (default) or prefork")] = None,
     loglevel: Annotated[str, typer.Option("-l", "--loglevel")] = "info",
+    processes: Annotated[
+        int | None, typer.Option("-p", "--processes", min=1,
+                                 help="worker processes on this host (default GROUNDED_PROCESSES, else one per core)")
+    ] = None,
     name: Annotated[
-        str | None, typer.Option("-n", "--name",
-                                 help="node name, NAME@HOST (default GROUNDED_WORKER_NAME, else grounded-PID@HOST)")
+        str | None, typer.Option("-n", "--name", help="node name, NAME@HOST (default GROUNDED_WORKER_NAME, else "
+                                 "grounded-PID@HOST); with several processes, each is NAME-i@HOST")
     ] = None,
 ) -> None:
-    """Run a Celery worker for the job queue (threads pool: many LLM-bound jobs per process).
+    """Run Celery workers for the job queue: one process per core by default, each with its own
+    event loop and threads pool (many LLM-bound jobs per process), stopped together.
 
-    SIGTERM stops it gracefully: no new jobs, running ones get GROUNDED_SOFT_SHUTDOWN_S to finish,
+    SIGTERM stops them gracefully: no new jobs, running ones get GROUNDED_SOFT_SHUTDOWN_S to finish,
     the rest go back to the queue (H15)."""
     from worker.settings import MissingTagKeys
 
@@ -262,12 +267,26 @@ def worker(
         settings.signer()
     except MissingTagKeys as exc:
         _fail(str(exc), 2)
-    from worker.app import app as celery_app
+    from worker.tasks.supervisor import Supervisor, available_cores, child_names
     from worker.tasks.worker_process import default_node_name, worker_argv
 
-    celery_app.worker_main(worker_argv(name=name or settings.worker_name or default_node_name(),
-                                       pool=pool or settings.pool,
-                                       concurrency=concurrency or settings.concurrency, loglevel=loglevel))
+    node = name or settings.worker_name or default_node_name()
+    count = processes or settings.processes or available_cores()
+    jobs_at_once = str(concurrency or settings.concurrency)
+    if count > 1:
+        from worker.tasks.logs import configure_logging
+
+        configure_logging(loglevel)  # the supervisor's lines in the workers' format
+
+        def command_for(child: str) -> list[str]:
+            return [sys.executable, "-m", "worker.cli", "worker", "--processes", "1", "--name", child,
+                    "--concurrency", jobs_at_once, "--pool", pool or settings.pool, "--loglevel", loglevel]
+
+        raise typer.Exit(Supervisor(child_names(node, count), command_for).run())
+    from worker.app import app as celery_app
+
+    celery_app.worker_main(worker_argv(name=node, pool=pool or settings.pool, concurrency=int(jobs_at_once),
+                                       loglevel=loglevel))
 
 
 @cli.command()

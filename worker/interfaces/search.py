@@ -2,7 +2,7 @@
 path and score. The MCP `search` tool and `grounded corpus search` both serve it.
 
 It opens a served corpus by name (never a path: `jobs.composition.corpus_path`) the way a worker's
-run opens it (`runtime.agents.open_corpus`): a hybrid corpus is searched with the embedder it
+run opens it (`runtime.corpora.open_corpus`): a hybrid corpus is searched with the embedder it
 records, resolved from this process's own settings (S1, S3), so a search shows what a job's
 `passages_search` would get. A caller scoped to some corpora (H13) is told of those only.
 """
@@ -18,7 +18,7 @@ from pydantic_ai.exceptions import ModelAPIError
 from capabilities import RetrievedChunk
 from capabilities.corpus import VectorIndexCache
 from worker.jobs.composition import CompositionError, corpus_path, known_corpora, not_served
-from worker.runtime.agents import open_corpus
+from worker.runtime.corpora import open_corpus
 from worker.runtime.embedders import EMBEDDER_FAILURES, INGEST_SDK_RETRIES, EmbedderCache
 from worker.settings import Settings
 

@@ -10,6 +10,7 @@ import hashlib
 import json
 import re
 from datetime import datetime
+from functools import cached_property
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -109,6 +110,11 @@ class JobConfig(BaseModel):
 
     def digest(self) -> str:
         """Agents are cached per process by this: equal configs build equal agents."""
+        return self._digest
+
+    @cached_property
+    def _digest(self) -> str:
+        """Once per instance (the model is frozen): a worker reads one batch's config for each of its jobs."""
         canonical = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canonical.encode()).hexdigest()
 

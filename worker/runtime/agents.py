@@ -29,7 +29,7 @@ from capabilities import (
     create_policy,
     create_reader,
 )
-from capabilities.corpus import SQLiteCorpus, VectorIndexCache
+from capabilities.corpus import VectorIndexCache
 from worker.jobs.composition import (
     COMPACTOR,
     EVIDENCE_OPTIONS,
@@ -45,6 +45,7 @@ from worker.jobs.composition import (
 )
 from worker.jobs.models import JobConfig, JobKind
 
+from .corpora import CorpusPool
 from .embedders import EmbedderCache
 
 
@@ -55,14 +56,6 @@ def evidence_request_limit(run_request_limit: int) -> int:
     return max(1, run_request_limit - GRACE_REQUESTS - 2)
 
 
-def open_corpus(path: Path, embedders: EmbedderCache, graphs: VectorIndexCache) -> Any:
-    """A read-only connection owned by one run (E3): corpora are opened per run, never cached. A
-    hybrid corpus's query embedder comes from the name it records and this worker's settings
-    (embedders.py), never from the job; its loaded graph is shared by the process's runs."""
-
-    return SQLiteCorpus(path, read_only=True, embedder=embedders.get, vector_cache=graphs)
-
-
 @dataclass
 class _Builder:
     """What spec entries need but a spec cannot say: the worker's signer, corpora and run limits."""
@@ -70,8 +63,7 @@ class _Builder:
     signer: TagSigner
     corpora_dir: Path
     run_request_limit: int
-    embedders: EmbedderCache
-    graphs: VectorIndexCache
+    corpora: CorpusPool
     built: list[AbstractCapability[Any]] = field(default_factory=list)
 
     def build(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> AbstractCapability[Any]:
@@ -85,7 +77,10 @@ class _Builder:
         if name == COMPACTOR:
             return create_compactor(self.signer)
         options = EVIDENCE_OPTIONS[name].model_validate({"corpus": args[0]} if args else kwargs)
-        store = partial(open_corpus, corpus_path(self.corpora_dir, options.corpus), self.embedders, self.graphs)
+        # E3: a read-only connection for each run, leased from the process's pool (corpora.py). A
+        # hybrid corpus's query embedder comes from the name it records and this worker's settings
+        # (embedders.py), never from the job; its loaded graph is shared by the process's runs.
+        store = partial(self.corpora.lease, corpus_path(self.corpora_dir, options.corpus))
         request_limit = options.request_limit or evidence_request_limit(self.run_request_limit)
 
         factory: Callable[..., AbstractCapability[Any]] = create_passages if name == PASSAGES else create_reader
@@ -160,6 +155,7 @@ def build_agent(
     corpora_dir: Path,
     embedders: EmbedderCache | None = None,
     graphs: VectorIndexCache | None = None,
+    corpora: CorpusPool | None = None,
 ) -> BuiltAgent:
     """Raises CompositionError for a config this worker will not run (a permanent job error)."""
     composition = config.composition
@@ -170,10 +166,10 @@ def build_agent(
     if not registers_compactor(composition, kind):
         entries = [e for e in entries if COMPACTOR not in ((e,) if isinstance(e, str) else tuple(e))]
     spec["capabilities"] = list(entries)
-    if graphs is None:
-        graphs = VectorIndexCache()
+    if corpora is None:
+        corpora = CorpusPool(embedders or EmbedderCache(), graphs or VectorIndexCache())
     builder = _Builder(signer=signer, corpora_dir=corpora_dir, run_request_limit=config.run.request_limit,
-                       embedders=embedders or EmbedderCache(), graphs=graphs)
+                       corpora=corpora)
     token = _builder.set(builder)
     try:
         agent = Agent.from_spec(
@@ -196,7 +192,7 @@ def build_agent(
 
 class AgentCache:
     """Agents per process, keyed by config digest and whether the compactor applies. An agent holds
-    no run state (E2) and opens its corpora per run, so one instance serves concurrent jobs."""
+    no run state (E2) and leases a corpus connection per run, so one instance serves concurrent jobs."""
 
     def __init__(
         self, *, signer: TagSigner, corpora_dir: Path, max_size: int = 64, embedders: EmbedderCache | None = None,
@@ -205,6 +201,7 @@ class AgentCache:
         self.signer, self.corpora_dir, self.max_size = signer, corpora_dir, max_size
         self.embedders = embedders or EmbedderCache()
         self.graphs = VectorIndexCache()
+        self.corpora = CorpusPool(self.embedders, self.graphs)
         self.tenant_corpora = dict(tenant_corpora or {})  # GROUNDED_TENANT_CORPORA (H13)
         self._agents: OrderedDict[tuple[str, bool], BuiltAgent] = OrderedDict()
         self._lock = threading.Lock()
@@ -222,7 +219,7 @@ class AgentCache:
                 self._agents.move_to_end(key)
                 return self._agents[key]
         built = build_agent(config, kind, signer=self.signer, corpora_dir=self.corpora_dir,
-                            embedders=self.embedders, graphs=self.graphs)
+                            corpora=self.corpora)
         with self._lock:
             self._agents[key] = built
             while len(self._agents) > self.max_size:

@@ -89,7 +89,17 @@ def _digest_binaries(value: Any) -> Any:
 
 
 def wire_json(requests: Sequence[Sequence[ModelMessage]]) -> list[list[dict[str, Any]]]:
-    return [_digest_binaries(ModelMessagesTypeAdapter.dump_python(list(r), mode="json")) for r in requests]
+    """Each request of a run resends the messages before it, so a message is dumped (and its
+    pictures digested) once, however many requests carried it."""
+    dumped: dict[int, dict[str, Any]] = {}
+
+    def once(message: ModelMessage) -> dict[str, Any]:
+        key = id(message)  # every message is alive in `requests` while this runs
+        if key not in dumped:
+            dumped[key] = _digest_binaries(ModelMessagesTypeAdapter.dump_python([message], mode="json")[0])
+        return dumped[key]
+
+    return [[once(m) for m in r] for r in requests]
 
 
 def summarize_turn(

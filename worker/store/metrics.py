@@ -12,14 +12,10 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import get_args
 
-from pydantic_ai.messages import (
-    ModelMessage,
-    ModelMessagesTypeAdapter,
-    ModelRequest,
-    ModelResponse,
-)
+from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse
 
 from worker.jobs.models import CitationStatus, Job, JobKind, JobResult
 
@@ -42,18 +38,37 @@ BUCKETS: dict[str, tuple[float, ...]] = {
 # --- what a finished job adds (pure) -------------------------------------------------------------
 
 
-def request_latencies(messages: Sequence[ModelMessage]) -> list[float]:
+Stamp = tuple[str, datetime | None]  # a message's kind ("request" or "response") and its timestamp
+
+
+def latencies_of(stamps: Iterable[Stamp]) -> list[float]:
     """Seconds from each request being prepared to its response arriving. pydantic-ai stamps both
     locally, so stored results hold the latency and no wrapper around the model is needed."""
     latencies: list[float] = []
     sent = None
-    for message in messages:
-        if isinstance(message, ModelRequest):
-            sent = message.timestamp
-        elif isinstance(message, ModelResponse) and sent is not None:
-            latencies.append(max(0.0, (message.timestamp - sent).total_seconds()))
+    for kind, timestamp in stamps:
+        if kind == "request":
+            sent = timestamp
+        elif kind == "response" and sent is not None and timestamp is not None:
+            latencies.append(max(0.0, (timestamp - sent).total_seconds()))
             sent = None
     return latencies
+
+
+def request_latencies(messages: Sequence[ModelMessage]) -> list[float]:
+    return latencies_of(("request" if isinstance(m, ModelRequest) else "response" if isinstance(m, ModelResponse)
+                         else "", m.timestamp) for m in messages)
+
+
+def stored_latencies(new_messages_json: bytes) -> list[float]:
+    """The same from a turn's stored messages, reading only each message's kind and timestamp:
+    validating the whole history back into pydantic-ai's models cost more CPU than the rest of
+    recording a finished job."""
+    return latencies_of((m.get("kind", ""), _timestamp(m.get("timestamp"))) for m in json.loads(new_messages_json))
+
+
+def _timestamp(value: object) -> datetime | None:
+    return datetime.fromisoformat(value) if isinstance(value, str) else None
 
 
 @dataclass(frozen=True)
@@ -73,7 +88,7 @@ class JobObservation:
 def observe(result: JobResult) -> JobObservation:
     latencies: list[float] = []
     for turn in result.turns:
-        latencies += request_latencies(ModelMessagesTypeAdapter.validate_json(turn.new_messages_json))
+        latencies += stored_latencies(turn.new_messages_json)
     return JobObservation(
         status=result.status,
         kind=result.kind,
@@ -136,12 +151,18 @@ def _add(store: ResultsStore, fields: Mapping[str, float]) -> None:
         pipe.execute()
 
 
+def finished_counts(result: JobResult) -> dict[str, float]:
+    """What `ResultsStore.write_result(..., metrics=)` adds, in the write that counts the job."""
+    return increments(observe(result))
+
+
+def cancelled_counts(job: Job) -> dict[str, float]:
+    return increments(JobObservation(status="cancelled", kind=job.kind))
+
+
 def record_finished(store: ResultsStore, result: JobResult) -> None:
-    _add(store, increments(observe(result)))
-
-
-def record_cancelled(store: ResultsStore, job: Job) -> None:
-    _add(store, increments(JobObservation(status="cancelled", kind=job.kind)))
+    """For a result written without its counts (tests, imports); the worker passes them to the write."""
+    _add(store, finished_counts(result))
 
 
 # --- the scrape (read Redis, then build the families from what was read) -------------------------

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import uuid
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal, NamedTuple
@@ -35,12 +35,14 @@ from .keys import (
     JOB_ATTEMPTS_KEY,
     JOB_HANDBACKS_KEY,
     JOB_KEY,
+    METRICS_KEY,
     RESULT_KEY,
     TENANT_BATCHES_KEY,
 )
 from .retention import batch_expiry, live_members
 
 EVENTS_MAXLEN = 100_000
+BATCH_FINISH_KEYS = 9  # the finishing script's keys that belong to the batch; the 10th is the metrics hash
 _COMPRESSED = b"z:"
 # a stream holds only strings; these event fields are numbers to whoever reads them (the API's JSON)
 EVENT_NUMBERS: dict[str, type[int] | type[float]] = {"total": int, "delay_s": float}
@@ -71,8 +73,22 @@ if redis.call('SCARD', KEYS[7]) + redis.call('SCARD', KEYS[8]) >= total then
     finished = 1
   end
 end
+if new == 1 then
+  for i = 8, #ARGV, 2 do redis.call('HINCRBYFLOAT', KEYS[10], ARGV[i], ARGV[i + 1]) end
+end
 return {new, finished}
 """
+
+# Starting a job: the job, its batch and the batch's cancel flag in one round trip. The batch's key
+# is read from the job, so the script builds it from a template (one Redis server, never a cluster).
+_LOAD = """
+local job = redis.call('GET', KEYS[1])
+if not job then return {false, false, 0} end
+local batch_id = cjson.decode(job)['batch_id']
+local batch = redis.call('GET', (string.gsub(ARGV[1], '{batch_id}', batch_id, 1)))
+return {job, batch, redis.call('EXISTS', (string.gsub(ARGV[2], '{batch_id}', batch_id, 1)))}
+"""
+BATCH_CACHE_SIZE = 256
 
 
 class AttemptStart(NamedTuple):
@@ -145,6 +161,8 @@ class ResultsStore:
                  retention_s: float = DEFAULT_RETENTION_DAYS * DAY_S) -> None:
         self.redis, self.prefix, self.compress_over, self.retention_s = client, prefix, compress_over, retention_s
         self._finish = client.register_script(_FINISH)
+        self._load = client.register_script(_LOAD)
+        self._batches: dict[bytes, Batch] = {}  # stored bytes -> parsed, never mutated
 
     @classmethod
     def from_url(cls, url: str, *, prefix: str = "grounded:", compress_over: int = 16_384,
@@ -222,7 +240,29 @@ class ResultsStore:
 
     def load_batch(self, batch_id: str) -> Batch | None:
         data = self.redis.get(self.key(BATCH_KEY, batch_id=batch_id))
-        return Batch.model_validate_json(data) if data is not None else None
+        return self._batch(data) if data is not None else None
+
+    def _batch(self, data: bytes) -> Batch:
+        """Every job of a batch carries the same config, and validating it is most of reading a
+        job: the parsed batch is kept per process while its stored bytes stay the same."""
+        batch = self._batches.get(data)
+        if batch is None:
+            batch = Batch.model_validate_json(data)
+            if len(self._batches) >= BATCH_CACHE_SIZE:
+                self._batches.pop(next(iter(self._batches)), None)
+            self._batches[data] = batch
+        return batch
+
+    def load_run(self, job_id: str) -> tuple[Job | None, Batch | None, bool]:
+        """What a task needs before it runs a job, in one round trip: the job, its batch and
+        whether the batch was cancelled (the same as load_job, load_batch and cancel_requested)."""
+        job_data, batch_data, cancel = self._load(
+            keys=[self.key(JOB_KEY, job_id=job_id)],
+            args=[self.key(BATCH_KEY, batch_id="{batch_id}"), self.key(BATCH_CANCEL_KEY, batch_id="{batch_id}")],
+        )
+        job = Job.model_validate_json(job_data) if job_data else None
+        batch = self._batch(batch_data) if batch_data else None
+        return job, batch, bool(cancel)
 
     def cancel_requested(self, batch_id: str) -> bool:
         return bool(self.redis.exists(self.key(BATCH_CANCEL_KEY, batch_id=batch_id)))
@@ -257,19 +297,20 @@ class ResultsStore:
             self.retain(pipe, job.batch_id, self.key(BATCH_EVENTS_KEY, batch_id=job.batch_id))
             pipe.execute()
 
-    def write_result(self, result: JobResult, *, total: int) -> bool:
-        """Idempotent: returns True only for the write that first counted this job."""
+    def write_result(self, result: JobResult, *, total: int, metrics: Mapping[str, float] | None = None) -> bool:
+        """Idempotent: returns True only for the write that first counted this job. `metrics`
+        (store/metrics.py's counters) are added by that same write, in the same script."""
         new, _ = self._finish_job(result.batch_id, result.job_id, self._pack(result.model_dump_json()),
-                                  result.status, total, "job_finished")
+                                  result.status, total, "job_finished", metrics=metrics)
         return bool(new)
 
-    def mark_cancelled(self, job: Job, *, total: int) -> bool:
+    def mark_cancelled(self, job: Job, *, total: int, metrics: Mapping[str, float] | None = None) -> bool:
         new, _ = self._finish_job(job.batch_id, job.id, b"", "cancelled", total, "job_cancelled",
-                                  done_key=BATCH_CANCELLED_JOBS_KEY)
+                                  done_key=BATCH_CANCELLED_JOBS_KEY, metrics=metrics)
         return bool(new)
 
     def _finish_job(self, batch_id: str, job_id: str, blob: bytes, status: str, total: int, event: str,
-                    *, done_key: str = BATCH_DONE_KEY) -> tuple[int, int]:
+                    *, done_key: str = BATCH_DONE_KEY, metrics: Mapping[str, float] | None = None) -> tuple[int, int]:
         b = {"batch_id": batch_id}
         keys = [
             self.key(RESULT_KEY, job_id=job_id),
@@ -281,11 +322,14 @@ class ResultsStore:
             self.key(BATCH_DONE_KEY, **b),
             self.key(BATCH_CANCELLED_JOBS_KEY, **b),
             self.key(BATCH_FINISHED_KEY, **b),
+            self.key(METRICS_KEY),
         ]
         now = datetime.now(UTC).isoformat()
+        counters = [x for name, value in (metrics or {}).items() for x in (name, repr(float(value)))]
         with self.redis.pipeline(transaction=True) as pipe:
-            self._finish(keys=keys, args=[job_id, blob, status, total, EVENTS_MAXLEN, event, now], client=pipe)
-            self.retain(pipe, batch_id, *keys)
+            self._finish(keys=keys, args=[job_id, blob, status, total, EVENTS_MAXLEN, event, now, *counters],
+                         client=pipe)
+            self.retain(pipe, batch_id, *keys[:BATCH_FINISH_KEYS])  # not the deployment's metrics hash
             (new, finished), _ = pipe.execute()
         return int(new), int(finished)
 

@@ -19,7 +19,7 @@ from worker.runtime.conversations import take_turn
 from worker.runtime.loop import RunHandedBack, RunTimedOut
 from worker.runtime.run import TransientModelError, failed_result
 from worker.store.conversations import ConversationStore
-from worker.store.metrics import record_cancelled, record_finished
+from worker.store.metrics import cancelled_counts, finished_counts
 
 from .celery_app import ANSWER_JOB
 from .events import JobFailed, outcome_text, task_labels, turn_progress
@@ -36,16 +36,14 @@ log = structlog.get_logger()
 @requeue_when_redis_is_down
 def answer_job(self: Task, job_id: str, lock_waits: int = 0) -> str:
     worker = process_worker()
-    job = worker.store.load_job(job_id)
-    batch = worker.store.load_batch(job.batch_id) if job is not None else None
+    job, batch, cancelled = worker.store.load_run(job_id)  # one round trip
     if job is None or batch is None:  # its batch was deleted or expired (H16): nothing to run or report
         log.warning("job_skipped", job_id=job_id, reason="job or batch not in the results store (deleted, expired, "
                     "or another deployment's key prefix)")
         return "skipped"
     with job_context(job, batch):
-        if worker.store.cancel_requested(batch.id):
-            if worker.store.mark_cancelled(job, total=batch.total):
-                record_cancelled(worker.store, job)
+        if cancelled:
+            worker.store.mark_cancelled(job, total=batch.total, metrics=cancelled_counts(job))
             log.info("job_cancelled")
             return "cancelled"
         lock = None
@@ -89,8 +87,7 @@ def _answer(task: Task, worker: ProcessWorker, job: Job, batch: Batch, lock_wait
         result = failed_result(job, batch, exc, attempts=attempts, started_at=started_at, checkpoint=exc.committed)
     except (RunTimedOut, WorkerLost) as exc:
         result = failed_result(job, batch, exc, attempts=attempts, started_at=started_at)
-    if worker.store.write_result(result, total=batch.total):
-        record_finished(worker.store, result)
+    worker.store.write_result(result, total=batch.total, metrics=finished_counts(result))  # counted once (H10)
     turn = result.turns[-1] if result.turns else None
     log.info(
         "job_finished",

@@ -44,6 +44,8 @@ def create_app(settings: Settings) -> Celery:
         task_acks_on_failure_or_timeout=True,
         # an idle worker can take what a busy one would otherwise hoard
         worker_prefetch_multiplier=1,
+        # no task has a rate limit, so the consumer need not check one for every message it takes
+        worker_disable_rate_limits=True,
         # only job ids travel (jobs are re-read from the store), as JSON
         task_serializer="json",
         accept_content=["json"],
