@@ -26,6 +26,7 @@ from worker.store.conversations import (
     composition_differences,
 )
 from worker.store.keys import QUEUE
+from worker.store.provider_batches import ProviderBatchStore
 from worker.store.results import ResultsStore
 from worker.tasks.celery_app import ANSWER_JOB, create_app
 from worker.tasks.events import task_labels
@@ -154,4 +155,10 @@ class Producer:
         return batch
 
     def cancel(self, batch_id: str) -> None:
+        """Jobs waiting on their provider (H14) are delivered again at once instead of at their next
+        check, so each abandons its request (cancelling provider batches nobody waits on) in seconds."""
         self.store.request_cancel(batch_id)
+        waiting = [job for job_id in ProviderBatchStore(self.store).waiting_jobs(batch_id)
+                   if (job := self.store.load_job(job_id)) is not None]
+        if waiting:
+            self._enqueue(waiting)

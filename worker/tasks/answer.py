@@ -16,14 +16,16 @@ from celery import Task, shared_task
 from worker.jobs.models import Batch, Job
 from worker.runtime.conversations import take_turn
 from worker.runtime.loop import RunTimedOut
+from worker.runtime.provider_batches import RunSuspended
 from worker.runtime.run import TransientModelError, failed_result
 from worker.store.conversations import ConversationStore
-from worker.store.metrics import record_cancelled, record_finished
+from worker.store.metrics import record_finished
 
 from .celery_app import ANSWER_JOB
 from .events import JobFailed, outcome_text, task_labels, turn_progress
 from .logs import bind_attempt, job_context
 from .process import ProcessWorker, WorkerLost, process_worker, retry_delay, run_in_process_loop
+from .provider_waits import cancel_waiting, discard_round, wait_on_provider
 from .requeue import requeue_when_redis_is_down
 
 log = structlog.get_logger()
@@ -32,7 +34,7 @@ log = structlog.get_logger()
 # `throws`: a failed job is an expected outcome, logged in one line without a traceback
 @shared_task(bind=True, name=ANSWER_JOB, max_retries=None, throws=(JobFailed,))
 @requeue_when_redis_is_down
-def answer_job(self: Task, job_id: str, lock_waits: int = 0) -> str:
+def answer_job(self: Task, job_id: str, lock_waits: int = 0, provider_waits: int = 0) -> str:
     worker = process_worker()
     job = worker.store.load_job(job_id)
     batch = worker.store.load_batch(job.batch_id) if job is not None else None
@@ -42,8 +44,7 @@ def answer_job(self: Task, job_id: str, lock_waits: int = 0) -> str:
                         "(deleted, or another deployment's key prefix)")
     with job_context(job, batch):
         if worker.store.cancel_requested(batch.id):
-            if worker.store.mark_cancelled(job, total=batch.total):
-                record_cancelled(worker.store, job)
+            cancel_waiting(worker, job, batch)  # H14: abandons a request waiting in a provider batch
             log.info("job_cancelled")
             return "cancelled"
         lock = None
@@ -52,26 +53,33 @@ def answer_job(self: Task, job_id: str, lock_waits: int = 0) -> str:
             if lock is None:  # H5: another job of this conversation runs, or is ahead in line
                 delay = retry_delay(lock_waits, None, worker.settings)
                 log.info("conversation_busy", delay_s=round(delay, 2))
-                raise self.retry(countdown=delay, max_retries=None, kwargs={"lock_waits": lock_waits + 1},
+                raise self.retry(countdown=delay, max_retries=None,
+                                 kwargs={**(self.request.kwargs or {}), "lock_waits": lock_waits + 1},
                                  **task_labels(job))
         try:
-            return _answer(self, worker, job, batch, lock_waits)
+            return _answer(self, worker, job, batch, lock_waits, provider_waits)
         finally:
             if lock is not None:
                 lock.release()
 
 
-def _answer(task: Task, worker: ProcessWorker, job: Job, batch: Batch, lock_waits: int) -> str:
-    """Waiting for a conversation's lock is not a failed attempt, so it spends no retries."""
-    retries = task.request.retries - lock_waits
+def _answer(task: Task, worker: ProcessWorker, job: Job, batch: Batch, lock_waits: int, provider_waits: int) -> str:
+    """Waiting for a conversation's lock or on a provider batch (H14) is not a failed attempt, so it
+    spends no retries."""
+    retries = task.request.retries - lock_waits - provider_waits
     attempts = worker.store.begin_attempt(job)
     bind_attempt(attempts)
     started_at = datetime.now(UTC)
-    lost = attempts - 1 - retries  # earlier starts that neither finished nor asked for a retry
+    lost = attempts - 1 - retries - provider_waits  # earlier starts that neither finished nor asked for a retry
     try:
         if lost >= worker.settings.max_worker_losses:
             raise WorkerLost(lost)
         result = run_in_process_loop(worker, job, batch, attempts, started_at, turn_progress(task, job))
+    except RunSuspended as exc:  # H14: the round is saved; the slot is freed until the next check
+        if not worker.store.cancel_requested(batch.id):
+            wait_on_provider(task, worker, job, batch, exc, provider_waits)
+        cancel_waiting(worker, job, batch)
+        return "cancelled"
     except TransientModelError as exc:
         if retries < batch.config.run.retries:
             delay = retry_delay(retries, exc.retry_after, worker.settings)
@@ -83,6 +91,7 @@ def _answer(task: Task, worker: ProcessWorker, job: Job, batch: Batch, lock_wait
         result = failed_result(job, batch, exc, attempts=attempts, started_at=started_at)
     if worker.store.write_result(result, total=batch.total):
         record_finished(worker.store, result)
+    discard_round(worker, job, batch)
     turn = result.turns[-1] if result.turns else None
     log.info(
         "job_finished",

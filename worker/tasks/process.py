@@ -14,9 +14,11 @@ from worker.runtime.conversations import run_conversation_job
 from worker.runtime.embedders import EmbedderCache
 from worker.runtime.llms import ModelCache
 from worker.runtime.loop import PerProcess, process_loop
+from worker.runtime.provider_batches import ProviderBatching
 from worker.runtime.run import Commit, Runtime, run_job
 from worker.settings import Settings, get_settings
 from worker.store.conversations import ConversationStore
+from worker.store.provider_batches import ProviderBatchStore
 from worker.store.results import ResultsStore
 
 LOOP_GRACE_S = 30  # the run cancels itself at its timeout; this outer wait only catches a stuck loop
@@ -49,6 +51,7 @@ def _make_process_worker() -> ProcessWorker:
                           embedders=EmbedderCache.from_settings(settings), tenant_corpora=settings.tenant_corpora),
         models=ModelCache(allowlist=settings.model_allowlist, endpoint_key_bindings=settings.endpoint_key_bindings),
         signer=signer,
+        batching=ProviderBatching.from_settings(settings, ProviderBatchStore(store)),  # H14: one per process
     )
     return ProcessWorker(settings, store, runtime)
 

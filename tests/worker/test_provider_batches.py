@@ -1,0 +1,247 @@
+"""H14: provider batch mode, end to end. Real worker processes, a real Redis and the real OpenAI SDK
+(`OpenAIResponsesModel.batch_*`) against a fake OpenAI Batch API on 127.0.0.1.
+
+The scripted model searches, cites and answers, so every question takes three agent steps: three
+provider round trips, each in one provider batch shared by the jobs that made that step together.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import RedisSpace, worker_env
+from tests.worker.conftest import FAKE_KEY, FAKE_KEY_ENV, PASSAGES, POLICY, question_config, settings_for
+from tests.worker.fake_openai_batches import FAKE_ANSWER, FakeOpenAIBatches
+from worker.producer import Producer
+from worker.store.provider_batches import ProviderBatchStore
+from worker.store.results import BatchProgress, ResultsStore
+from worker.tasks.worker_process import WorkerProcess
+
+STEPS = 3  # search, cite, answer
+# short waits so a test takes seconds: a process submits what it queued 2 s after the first request
+# (long enough for a loaded machine to resume every job of the step before), and checks a batch 1 s
+# after submitting it, then half again as long each time, up to 2 s
+BATCH_ENV = {
+    "GROUNDED_BATCH_MAX_WAIT_S": "2",
+    "GROUNDED_BATCH_POLL_S": "1",
+    "GROUNDED_BATCH_MAX_POLL_S": "2",
+    "GROUNDED_CONCURRENCY": "64",  # a slot is held only until a job's request is in a batch
+    FAKE_KEY_ENV: FAKE_KEY,
+}
+
+
+@pytest.fixture(scope="module")
+def batch_api() -> Iterator[FakeOpenAIBatches]:
+    server = FakeOpenAIBatches().start()
+    yield server
+    server.stop()
+
+
+def batch_config(server: FakeOpenAIBatches, **run: Any) -> dict[str, Any]:
+    return question_config(PASSAGES, POLICY, model="gpt-4.1",
+                           endpoint={"base_url": server.base_url, "api_key_env": FAKE_KEY_ENV, "api": "responses"},
+                           run={"batch": True, **run})
+
+
+def lines(n: int, tag: str, *, marker: str = "") -> list[dict[str, Any]]:
+    return [{"custom_id": f"{tag}-{i}", "question": f"When does the observatory open?{marker} ({tag} {i})"}
+            for i in range(n)]
+
+
+class BatchCluster:
+    """Worker processes in batch mode on one Redis space, a producer, and the fake Batch API."""
+
+    def __init__(self, space: RedisSpace, data_dir: Path, log_dir: Path, server: FakeOpenAIBatches,
+                 **overrides: str) -> None:
+        self.space, self.server, self.log_dir = space, server, log_dir
+        self.env = worker_env(space, data_dir, **{**BATCH_ENV, **overrides})
+        self.producer = Producer(settings_for(space, data_dir))
+        self.workers: list[WorkerProcess] = []
+
+    @property
+    def store(self) -> ResultsStore:
+        return self.producer.store
+
+    def start(self) -> WorkerProcess:
+        from tests.conftest import start_worker
+
+        worker = start_worker(self.env, self.log_dir)
+        self.workers.append(worker)
+        return worker
+
+    def submit(self, batch_lines: list[dict[str, Any]], config: dict[str, Any]) -> str:
+        report = self.producer.validate(batch_lines, config)
+        assert report.ok, [e.as_dict() for e in report.errors]
+        return self.producer.submit(report, tenant="tests").id
+
+    def watch(self, batch_id: str, timeout: float, until: Callable[[BatchProgress], bool] | None = None,
+              ) -> list[BatchProgress]:
+        """Progress samples until the batch finishes (or `until` holds)."""
+        seen: list[BatchProgress] = []
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            progress = self.store.progress_of(batch_id)
+            seen.append(progress)
+            if progress.finished or (until is not None and until(progress)):
+                return seen
+            time.sleep(0.05)
+        logs = "\n".join(w.output()[-3000:] for w in self.workers)
+        raise AssertionError(f"batch {batch_id} not done in {timeout:g} s: {seen[-1]}\n{logs}")
+
+    def close(self) -> None:
+        for worker in self.workers:
+            worker.stop()
+        self.producer.app.close()
+
+
+@pytest.fixture
+def batch_cluster(redis_space: RedisSpace, data_dir: Path, tmp_path: Path,
+                  batch_api: FakeOpenAIBatches) -> Iterator[Callable[..., BatchCluster]]:
+    made: list[BatchCluster] = []
+
+    def make(**overrides: str) -> BatchCluster:
+        batch_api.reset(delay_s=float(overrides.pop("delay_s", "0.5")))
+        cluster = BatchCluster(redis_space, data_dir, tmp_path, batch_api, **overrides)
+        made.append(cluster)
+        return cluster
+
+    yield make
+    for cluster in made:
+        cluster.close()
+
+
+def assert_each_job_once(store: ResultsStore, batch_id: str, n: int) -> None:
+    events = [fields for _, fields in store.events(batch_id)]
+    finished = Counter(e["job_id"] for e in events if e["event"] in ("job_finished", "job_cancelled"))
+    assert len(finished) == n and set(finished.values()) == {1}
+    assert sum(e["event"] == "batch_finished" for e in events) == 1
+
+
+def test_H14a_a_batch_shares_one_provider_batch_per_step_and_holds_no_slot_while_waiting(batch_cluster) -> None:
+    cluster = batch_cluster()
+    cluster.start()
+    n = 40
+    batch_id = cluster.submit(lines(n, "share"), batch_config(cluster.server))
+    seen = cluster.watch(batch_id, timeout=90)
+    final = seen[-1]
+    assert (final.succeeded, final.failed, final.waiting, final.running) == (n, 0, 0, 0)
+    # while the provider worked, every job was waiting and none held a worker slot
+    assert any(p.waiting == n and p.running == 0 for p in seen)
+    results = list(cluster.store.iter_results(batch_id))
+    assert all(r.status == "succeeded" and r.turns[0].answer == FAKE_ANSWER for r in results)
+    assert all(r.turns[0].citation_status == "grounded" for r in results)
+    assert all(r.processing == "batch" and r.rounds == STEPS for r in results)
+    assert all(len(r.provider_batches) == STEPS and len(r.turns[0].wire) == STEPS for r in results)
+    assert all(r.usage.input_tokens == STEPS * 100 for r in results)
+    # provider batches ~ steps, not jobs x steps; every request submitted once, none sent live
+    used = {b for r in results for b in r.provider_batches}
+    sizes = [b["request_counts"]["total"] for b in cluster.server.batches.values()]
+    assert STEPS <= len(used) <= STEPS + 2, sizes
+    assert cluster.server.batch_requests == n * STEPS
+    assert cluster.server.live_requests == 0
+    assert_each_job_once(cluster.store, batch_id, n)
+    events = [fields for _, fields in cluster.store.events(batch_id)]
+    waits = [e for e in events if e["event"] == "job_waiting"]
+    assert len({(e["job_id"], e["round"]) for e in waits}) == n * STEPS
+    assert ProviderBatchStore(cluster.store).provider_batches(batch_id) == sorted(used)
+
+
+def test_H14b_an_expired_batch_is_resubmitted_and_a_failed_request_fails_only_its_job(batch_cluster) -> None:
+    cluster = batch_cluster()
+    cluster.server.expire_batches = 1  # the first batch ends `expired` without running anything
+    cluster.start()
+    good, bad = lines(6, "ok"), lines(2, "bad", marker=" [batch-error]")
+    batch_id = cluster.submit(good + bad, batch_config(cluster.server))
+    final = cluster.watch(batch_id, timeout=90)[-1]
+    assert (final.succeeded, final.failed) == (6, 2)
+    by_id = {r.custom_id: r for r in cluster.store.iter_results(batch_id)}
+    for line in good:
+        result = by_id[line["custom_id"]]
+        assert result.status == "succeeded" and result.turns[0].citation_status == "grounded"
+        assert len(result.provider_batches) == STEPS + 1  # the expired one, then the one it was resubmitted in
+    for line in bad:
+        error = by_id[line["custom_id"]].error
+        assert error is not None and error.type == "BatchRequestFailed"
+        assert "invalid_prompt" in error.message or "refused this input" in error.message
+    assert_each_job_once(cluster.store, batch_id, 8)
+
+
+def test_H14c_cancel_mid_way_ends_in_seconds_and_cancels_the_provider_batch(batch_cluster) -> None:
+    cluster = batch_cluster(delay_s="600", GROUNDED_BATCH_POLL_S="5", GROUNDED_BATCH_MAX_POLL_S="30")
+    cluster.start()
+    n = 12
+    batch_id = cluster.submit(lines(n, "cancel"), batch_config(cluster.server))
+    cluster.watch(batch_id, timeout=60, until=lambda p: p.waiting == n)
+    provider_batches = ProviderBatchStore(cluster.store).provider_batches(batch_id)
+    assert len(provider_batches) == 1
+    cancelled_at = time.monotonic()
+    cluster.producer.cancel(batch_id)
+    final = cluster.watch(batch_id, timeout=30)[-1]
+    assert time.monotonic() - cancelled_at < 15
+    assert (final.cancelled, final.succeeded, final.waiting, final.state) == (n, 0, 0, "cancelled")
+    assert cluster.server.cancelled == provider_batches
+    assert cluster.server.statuses()[provider_batches[0]] == "cancelled"
+    events = [fields for _, fields in cluster.store.events(batch_id)]
+    assert [e["provider_batch"] for e in events if e["event"] == "provider_batch_cancelled"] == provider_batches
+    assert_each_job_once(cluster.store, batch_id, n)
+
+
+def test_H14d_a_provider_batch_shared_with_a_batch_still_running_is_not_cancelled(batch_cluster) -> None:
+    cluster = batch_cluster(delay_s="600", GROUNDED_BATCH_MAX_WAIT_S="2")
+    cluster.start()
+    config = batch_config(cluster.server)
+    kept = cluster.submit(lines(3, "kept"), config)
+    dropped = cluster.submit(lines(3, "dropped"), config)
+    cluster.watch(dropped, timeout=60, until=lambda p: p.waiting == 3)
+    cluster.watch(kept, timeout=60, until=lambda p: p.waiting == 3)
+    shared = ProviderBatchStore(cluster.store).provider_batches(kept)
+    assert shared == ProviderBatchStore(cluster.store).provider_batches(dropped)
+    cluster.producer.cancel(dropped)
+    assert cluster.watch(dropped, timeout=30)[-1].cancelled == 3
+    assert cluster.server.cancelled == []
+    assert cluster.store.progress_of(kept).waiting == 3
+
+
+@pytest.mark.slow
+def test_H14e_two_hundred_questions_on_two_worker_processes(batch_cluster) -> None:
+    cluster = batch_cluster(delay_s="1.0", GROUNDED_BATCH_MAX_WAIT_S="1.5")
+    cluster.start()
+    cluster.start()
+    n = 200
+    batch_id = cluster.submit(lines(n, "big"), batch_config(cluster.server))
+    seen = cluster.watch(batch_id, timeout=300)
+    assert (seen[-1].succeeded, seen[-1].failed) == (n, 0)
+    assert any(p.waiting == n and p.running == 0 for p in seen)
+    results = list(cluster.store.iter_results(batch_id))
+    assert all(r.rounds == STEPS and r.turns[0].citation_status == "grounded" for r in results)
+    used = {b for r in results for b in r.provider_batches}
+    assert STEPS <= len(used) <= 2 * STEPS + 2, len(used)  # one pool per process, not one batch per job
+    assert cluster.server.batch_requests == n * STEPS
+    assert_each_job_once(cluster.store, batch_id, n)
+
+
+@pytest.mark.slow
+def test_H14f_a_worker_killed_while_its_jobs_wait_loses_nothing_and_submits_nothing_twice(batch_cluster) -> None:
+    # a dead worker's countdowns come back after the visibility timeout: 12 + 2 + 1 s here
+    cluster = batch_cluster(delay_s="4", GROUNDED_TASK_SOFT_LIMIT_S="10", GROUNDED_TASK_HARD_LIMIT_S="12",
+                            GROUNDED_RETRY_MAX_S="2", GROUNDED_BATCH_MAX_POLL_S="2", GROUNDED_REDELIVERY_MARGIN_S="1",
+                            GROUNDED_UNACKED_RESTORE_INTERVAL_S="1")
+    doomed = cluster.start()
+    n = 30
+    batch_id = cluster.submit(lines(n, "kill"), batch_config(cluster.server))
+    cluster.watch(batch_id, timeout=60, until=lambda p: p.waiting == n and p.running == 0)
+    os.kill(doomed.process.pid, signal.SIGKILL)
+    doomed.process.wait(timeout=5)
+    cluster.start()
+    final = cluster.watch(batch_id, timeout=180)[-1]
+    assert (final.succeeded, final.failed) == (n, 0)
+    assert cluster.server.batch_requests == n * STEPS  # resumed from the saved rounds, never resubmitted
+    assert_each_job_once(cluster.store, batch_id, n)
