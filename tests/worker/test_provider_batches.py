@@ -166,11 +166,14 @@ def test_H14b_an_expired_batch_is_resubmitted_and_a_failed_request_fails_only_it
     for line in good:
         result = by_id[line["custom_id"]]
         assert result.status == "succeeded" and result.turns[0].citation_status == "grounded"
-        assert len(result.provider_batches) == STEPS + 1  # the expired one, then the one it was resubmitted in
+        assert len(result.provider_batches) == STEPS  # the batches its responses came from
     for line in bad:
         error = by_id[line["custom_id"]].error
         assert error is not None and error.type == "BatchRequestFailed"
-        assert "invalid_prompt" in error.message or "refused this input" in error.message
+        assert "refused this input" in error.message
+    # the expired batch, then the one its requests were resubmitted in, then one per later step
+    assert len(ProviderBatchStore(cluster.store).provider_batches(batch_id)) == STEPS + 1
+    assert cluster.server.batch_requests == 8 + 8 + 6 * (STEPS - 1)
     assert_each_job_once(cluster.store, batch_id, 8)
 
 
