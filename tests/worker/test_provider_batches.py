@@ -222,7 +222,7 @@ def test_H14e_two_hundred_questions_on_two_worker_processes(batch_cluster) -> No
     batch_id = cluster.submit(lines(n, "big"), batch_config(cluster.server))
     seen = cluster.watch(batch_id, timeout=300)
     assert (seen[-1].succeeded, seen[-1].failed) == (n, 0)
-    assert any(p.waiting == n and p.running == 0 for p in seen)
+    assert max(p.waiting for p in seen) > 2 * 64  # more jobs waiting at once than both workers have slots
     results = list(cluster.store.iter_results(batch_id))
     assert all(r.rounds == STEPS and r.turns[0].citation_status == "grounded" for r in results)
     used = {b for r in results for b in r.provider_batches}
@@ -245,6 +245,7 @@ def test_H14f_a_worker_killed_while_its_jobs_wait_loses_nothing_and_submits_noth
     doomed.process.wait(timeout=5)
     cluster.start()
     final = cluster.watch(batch_id, timeout=180)[-1]
-    assert (final.succeeded, final.failed) == (n, 0)
+    errors = [r.error for r in cluster.store.iter_results(batch_id) if r.error]
+    assert (final.succeeded, final.failed) == (n, 0), errors
     assert cluster.server.batch_requests == n * STEPS  # resumed from the saved rounds, never resubmitted
     assert_each_job_once(cluster.store, batch_id, n)

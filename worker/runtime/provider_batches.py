@@ -36,6 +36,7 @@ from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter, ModelRe
 from pydantic_ai.models import Model
 from pydantic_ai.models.batch import Batch as ProviderBatch
 from pydantic_ai.output import PendingModelResponse
+from pydantic_ai.run import AgentRunResult
 from pydantic_ai.usage import UsageLimits
 
 from capabilities import Deps, TagSigner
@@ -205,7 +206,7 @@ async def run_batched_turn(
     """One question in batch mode, from its start or from its saved round. Returns the question's
     history, state and result once it completes; raises `RunSuspended` after saving the round when
     its request is waiting in a provider batch."""
-    pending = await asyncio.to_thread(batching.store.load_pending, job.id)
+    pending, version = await asyncio.to_thread(batching.store.load_pending, job.id)
     if pending is not None and pending.turn != turn:
         pending = None  # an earlier question's round, committed since
     if pending is not None:
@@ -219,6 +220,7 @@ async def run_batched_turn(
     deps = Deps(state=copy.deepcopy(run_state), conversation_id=conversation_id)
     wire: list[list[ModelMessage]] = []
     output_type = built.agent.output_type
+    result: AgentRunResult[Any]
     try:
         result = await built.agent.run(
             run_prompt,
@@ -253,7 +255,7 @@ async def run_batched_turn(
         )
         delay = batched.continuation_delay(response)
         delay_s = float(delay) if delay is not None else batching.capability.poll_interval.total_seconds()
-        await asyncio.to_thread(batching.store.suspend, job, saved, handle=handle, delay_s=delay_s)
+        await asyncio.to_thread(batching.store.suspend, job, saved, handle=handle, delay_s=delay_s, version=version)
         log.info("job_waiting_on_provider", provider_batch=saved.provider_batch, round=saved.round,
                  polls=polls, delay_s=round(delay_s, 2))
         raise RunSuspended(saved, delay_s)

@@ -32,6 +32,7 @@ from capabilities import Deps, TagSigner
 from worker.jobs.allowlist import ModelUnavailable, model_label
 from worker.jobs.models import Batch, Job, JobError, JobResult, TurnResult, Usage
 from worker.redaction import scrub
+from worker.store.provider_batches import RoundSuperseded
 
 from .agents import AgentCache, BuiltAgent
 from .llms import NO_SDK_RETRIES, ModelCache, WireRecorder
@@ -213,8 +214,8 @@ async def run_job(
                     )
                 await commit(answered)
                 checkpoint = answered  # a result reports only what was committed
-    except RunSuspended:
-        raise  # H14: not an outcome; the job waits on its provider, its round saved
+    except (RunSuspended, RoundSuperseded):
+        raise  # H14: not outcomes; the job waits on its provider, or another delivery carries it on
     except ModelAPIError as exc:
         if is_transient(exc):
             raise TransientModelError(exc, checkpoint) from exc

@@ -27,7 +27,7 @@ METRICS_KEY = "metrics"  # one hash: counters and histogram buckets (store/metri
 UNACKED_KEY = "unacked"  # kombu's hash of delivered, unacknowledged messages (under global_keyprefix)
 QUEUE = "jobs"  # the Celery queue; its Redis list is KEY_PREFIX + "jobs" (what KEDA's list scaler watches)
 # provider batch mode (H14, store/provider_batches.py)
-JOB_PENDING_KEY = "job:{job_id}:pending"  # a suspended question's history and state, until it completes
+JOB_PENDING_KEY = "job:{job_id}:pending"  # hash: a suspended question's round (data) and its version
 BATCH_WAITING_KEY = "batch:{batch_id}:waiting"  # job ids waiting on their provider (not holding a slot)
 BATCH_PROVIDER_BATCHES_KEY = "batch:{batch_id}:provider_batches"  # provider batch ids its jobs waited on
 PROVIDER_BATCH_KEY = "provider_batch:{provider_batch_id}"  # hash: the handle (to cancel it), cancelled flag

@@ -38,11 +38,14 @@ from .results import EVENTS_MAXLEN, ResultsStore
 PROVIDER_BATCHES_COUNTER = "provider_batches"  # metrics hash fields (store/metrics.py reads them)
 PROVIDER_ROUNDS_COUNTER = "provider_rounds"
 
-# The first job to wait on a provider batch records its handle and counts it, once; the job's own
-# checkpoint, the waiting sets and the event move in the same script.
+# The job's checkpoint is saved only over the version its run resumed from (a compare-and-set, like
+# H4's commit), so two deliveries of one job cannot both carry it on. The first job to wait on a
+# provider batch records its handle and counts it, once; the waiting sets and the event move with it.
 _SUSPEND = """
+local version = tonumber(redis.call('HGET', KEYS[2], 'version') or '0')
+if version ~= tonumber(ARGV[10]) then return -1 end
 local new_batch = redis.call('HSETNX', KEYS[1], 'handle', ARGV[1])
-redis.call('SET', KEYS[2], ARGV[2])
+redis.call('HSET', KEYS[2], 'data', ARGV[2], 'version', version + 1)
 redis.call('SADD', KEYS[3], ARGV[3])
 redis.call('SADD', KEYS[4], ARGV[3]); redis.call('SADD', KEYS[5], ARGV[3]); redis.call('SREM', KEYS[6], ARGV[3])
 redis.call('SADD', KEYS[7], ARGV[4])
@@ -78,6 +81,11 @@ class PendingRound(BaseModel):
     round: int  # provider round trips started so far in this job
 
 
+class RoundSuperseded(RuntimeError):
+    """Another delivery of this job saved a round since this run loaded its own (a redelivery racing
+    the original): this run's work is dropped and the other carries the job on."""
+
+
 class ProviderBatchStore:
     """Beside the results store, under the same prefix and Redis client."""
 
@@ -90,13 +98,17 @@ class ProviderBatchStore:
     def _key(self, template: str, **fields: str) -> str:
         return self.results.key(template, **fields)
 
-    def load_pending(self, job_id: str) -> PendingRound | None:
-        raw = self.redis.get(self._key(JOB_PENDING_KEY, job_id=job_id))
-        return PendingRound.model_validate_json(self.results._unpack(raw)) if raw is not None else None
+    def load_pending(self, job_id: str) -> tuple[PendingRound | None, int]:
+        """The saved round, if any, and the version a later `suspend` must find."""
+        raw, version = self.redis.hmget(self._key(JOB_PENDING_KEY, job_id=job_id), "data", "version")
+        pending = PendingRound.model_validate_json(self.results._unpack(raw)) if raw is not None else None
+        return pending, int(version or 0)
 
-    def suspend(self, job: Job, pending: PendingRound, *, handle: dict[str, Any], delay_s: float) -> bool:
-        """Saves the checkpoint and files the job as waiting on its provider batch; True when this is
-        the first job seen waiting on that batch."""
+    def suspend(self, job: Job, pending: PendingRound, *, handle: dict[str, Any], delay_s: float,
+                version: int) -> bool:
+        """Saves the checkpoint over `version` and files the job as waiting on its provider batch;
+        True when this is the first job seen waiting on that batch. Raises RoundSuperseded, having
+        written nothing, when another delivery saved a round first."""
         b, p = {"batch_id": job.batch_id}, {"provider_batch_id": pending.provider_batch}
         keys = [
             self._key(PROVIDER_BATCH_KEY, **p),
@@ -111,8 +123,11 @@ class ProviderBatchStore:
         ]
         args = [json.dumps(handle, separators=(",", ":")), self.results._pack(pending.model_dump_json()), job.id,
                 pending.provider_batch, pending.round, f"{delay_s:.1f}", PROVIDER_ROUNDS_COUNTER,
-                PROVIDER_BATCHES_COUNTER, EVENTS_MAXLEN]
-        return bool(self._suspend(keys=keys, args=args))
+                PROVIDER_BATCHES_COUNTER, EVENTS_MAXLEN, version]
+        outcome = int(self._suspend(keys=keys, args=args))
+        if outcome < 0:
+            raise RoundSuperseded(f"job {job.id}: another delivery saved a round since version {version}")
+        return bool(outcome)
 
     def resumed(self, job: Job) -> None:
         """The job holds a worker slot again; it still has its checkpoint until its question completes."""
@@ -124,7 +139,7 @@ class ProviderBatchStore:
     def discard_pending(self, job: Job) -> None:
         """The question completed (or the job ended): nothing is left to resume."""
         with self.redis.pipeline(transaction=True) as pipe:
-            pipe.delete(self._key(JOB_PENDING_KEY, job_id=job.id))
+            pipe.hdel(self._key(JOB_PENDING_KEY, job_id=job.id), "data")  # the version stays: it only grows
             pipe.srem(self._key(BATCH_WAITING_KEY, batch_id=job.batch_id), job.id)
             pipe.srem(self._key(PROVIDER_WAITING_KEY), job.id)
             pipe.execute()

@@ -20,6 +20,7 @@ from worker.runtime.provider_batches import RunSuspended
 from worker.runtime.run import TransientModelError, failed_result
 from worker.store.conversations import ConversationStore
 from worker.store.metrics import record_finished
+from worker.store.provider_batches import RoundSuperseded
 
 from .celery_app import ANSWER_JOB
 from .events import JobFailed, outcome_text, task_labels, turn_progress
@@ -80,6 +81,9 @@ def _answer(task: Task, worker: ProcessWorker, job: Job, batch: Batch, lock_wait
             wait_on_provider(task, worker, job, batch, exc, provider_waits)
         cancel_waiting(worker, job, batch)
         return "cancelled"
+    except RoundSuperseded:  # H14: a redelivery of this job saved a round first and carries it on
+        log.warning("job_round_superseded")
+        return "superseded"
     except TransientModelError as exc:
         if retries < batch.config.run.retries:
             delay = retry_delay(retries, exc.retry_after, worker.settings)

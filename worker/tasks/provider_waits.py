@@ -42,7 +42,7 @@ def cancel_waiting(worker: ProcessWorker, job: Job, batch: Batch) -> bool:
     """A cancelled batch's job: its saved request is abandoned (the last abandoned request of a
     provider batch cancels that batch), then the job is counted as cancelled, once."""
     batching = worker.runtime.batching
-    pending = batching.store.load_pending(job.id) if batching is not None and batch.config.run.batch else None
+    pending = batching.store.load_pending(job.id)[0] if batching is not None and batch.config.run.batch else None
     if batching is not None and pending is not None:
         async def abandon() -> bool:
             return await batching.cancel_if_abandoned(job, pending, worker.runtime.models.get(batch.config))
