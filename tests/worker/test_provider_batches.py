@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic_ai.messages import ModelResponse
 
 from tests.conftest import RedisSpace, worker_env
 from tests.worker.conftest import FAKE_KEY, FAKE_KEY_ENV, PASSAGES, POLICY, question_config, settings_for
@@ -249,3 +250,48 @@ def test_H14f_a_worker_killed_while_its_jobs_wait_loses_nothing_and_submits_noth
     assert (final.succeeded, final.failed) == (n, 0), errors
     assert cluster.server.batch_requests == n * STEPS  # resumed from the saved rounds, never resubmitted
     assert_each_job_once(cluster.store, batch_id, n)
+
+
+# --- at submission, and what a result reports (no worker) -----------------------------------------
+
+
+@pytest.mark.parametrize(("config", "says"), [
+    (question_config(PASSAGES, run={"batch": True}), "the extractive model runs on the worker"),
+    (question_config(PASSAGES, model="fake", endpoint={"base_url": "http://127.0.0.1:9/v1"}, run={"batch": True}),
+     "set `endpoint.api: responses`"),
+    (question_config(PASSAGES, model="groq:llama-3.3-70b", run={"batch": True}), "has none here"),
+    (question_config(PASSAGES, model="openai-chat:gpt-4.1", run={"batch": True}), "has none here"),
+])
+def test_H14g_a_model_without_a_batch_api_is_refused_at_submission(redis_space, data_dir, config, says) -> None:
+    producer = Producer(settings_for(redis_space, data_dir))
+    try:
+        report = producer.validate(lines(1, "refused"), config)
+    finally:
+        producer.app.close()
+    assert not report.ok
+    (error,) = report.errors
+    assert error.line_no == 0 and "run.batch" in error.problem and says in error.problem
+
+
+@pytest.mark.parametrize("model", ["openai:gpt-4.1", "anthropic:claude-sonnet-4-5", "google-gla:gemini-2.5-flash"])
+def test_H14g_models_with_a_batch_api_are_accepted(redis_space, data_dir, model) -> None:
+    producer = Producer(settings_for(redis_space, data_dir))
+    try:
+        assert producer.validate(lines(1, "ok"), question_config(PASSAGES, model=model, run={"batch": True})).ok
+    finally:
+        producer.app.close()
+
+
+def test_H14h_a_batch_result_is_priced_at_batch_prices() -> None:
+    from pydantic_ai.usage import RequestUsage
+
+    from worker.runtime.provider_batches import cost_usd
+
+    usage = RequestUsage(input_tokens=1_000_000, output_tokens=100_000)
+    live = ModelResponse(parts=[], usage=usage, model_name="gpt-4.1", provider_name="openai")
+    batched = ModelResponse(parts=[], usage=usage, model_name="gpt-4.1", provider_name="openai",
+                            provider_details={"processing": "batch"})
+    live_cost, batch_cost = cost_usd([live]), cost_usd([batched])
+    assert live_cost is not None and batch_cost is not None
+    assert batch_cost == pytest.approx(live_cost / 2)
+    assert cost_usd([ModelResponse(parts=[], usage=usage, model_name="no-such-model", provider_name="nowhere")]) is None
