@@ -12,6 +12,7 @@ A batch completes `delay_s` after it was created. Faults:
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import threading
@@ -73,10 +74,11 @@ def _call(name: str, arguments: dict[str, Any], n: int) -> dict[str, Any]:
 
 
 class FakeOpenAIBatches:
-    def __init__(self, *, delay_s: float = 0.5) -> None:
+    def __init__(self, *, delay_s: float = 0.5, live_latency_s: float = 0.0) -> None:
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}/v1"
         self.delay_s = delay_s
+        self.live_latency_s = live_latency_s  # how long a live request takes (bench/provider_batch.py)
         self.expire_batches = 0
         self.lock = threading.Lock()
         self.files: dict[str, bytes] = {}
@@ -124,6 +126,8 @@ class FakeOpenAIBatches:
         body = await request.json()
         with self.lock:
             self.live_requests += 1
+        if self.live_latency_s:
+            await asyncio.sleep(self.live_latency_s)
         return JSONResponse(answer(body, self._next()))
 
     async def upload(self, file: UploadFile) -> JSONResponse:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -185,6 +186,20 @@ def batch_report(batch_mode: bool, turns: Sequence[TurnResult]) -> dict[str, Any
     }
 
 
+CHECK_SLACK_S = 0.25  # a delivery this close to its batch's next check runs it rather than waiting again
+
+
+async def _unless_checked_lately(batching: ProviderBatching, job: Job, pending: PendingRound) -> None:
+    """Another job waiting on the same provider batch checked it recently and found it running: this
+    delivery waits for that batch's next check without running anything (no history loaded into a
+    run, no status request), so a batch's jobs are checked together, and resume together once it
+    ended, which keeps their next step in one batch too."""
+    next_check = await asyncio.to_thread(batching.store.next_check, pending.provider_batch)
+    if next_check is not None and (wait_s := next_check - time.time()) > CHECK_SLACK_S:
+        await asyncio.to_thread(batching.store.still_waiting, job)
+        raise RunSuspended(pending, wait_s)
+
+
 def _completed_steps(messages: Sequence[ModelMessage], since: int) -> int:
     return sum(1 for m in messages[since:] if isinstance(m, ModelResponse) and m.state != "suspended")
 
@@ -210,6 +225,7 @@ async def run_batched_turn(
     if pending is not None and pending.turn != turn:
         pending = None  # an earlier question's round, committed since
     if pending is not None:
+        await _unless_checked_lately(batching, job, pending)
         await asyncio.to_thread(batching.store.resumed, job)
         history = ModelMessagesTypeAdapter.validate_json(pending.messages_json)
         run_state, run_prompt = pending.state, None
@@ -255,6 +271,7 @@ async def run_batched_turn(
         )
         delay = batched.continuation_delay(response)
         delay_s = float(delay) if delay is not None else batching.capability.poll_interval.total_seconds()
+        await asyncio.to_thread(batching.store.set_next_check, saved.provider_batch, time.time() + delay_s)
         await asyncio.to_thread(batching.store.suspend, job, saved, handle=handle, delay_s=delay_s, version=version)
         log.info("job_waiting_on_provider", provider_batch=saved.provider_batch, round=saved.round,
                  polls=polls, delay_s=round(delay_s, 2))

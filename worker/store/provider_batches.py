@@ -129,6 +129,23 @@ class ProviderBatchStore:
             raise RoundSuperseded(f"job {job.id}: another delivery saved a round since version {version}")
         return bool(outcome)
 
+    def next_check(self, provider_batch: str) -> float | None:
+        """When the provider batch is next due to be checked (epoch seconds), as its last check said."""
+        raw = self.redis.hget(self._key(PROVIDER_BATCH_KEY, provider_batch_id=provider_batch), "next_check")
+        return float(raw) if raw is not None else None
+
+    def set_next_check(self, provider_batch: str, at: float) -> None:
+        self.redis.hset(self._key(PROVIDER_BATCH_KEY, provider_batch_id=provider_batch), "next_check", f"{at:.3f}")
+
+    def still_waiting(self, job: Job) -> None:
+        """A delivery that found its provider batch checked recently goes back to waiting unrun."""
+        b = {"batch_id": job.batch_id}
+        with self.redis.pipeline(transaction=True) as pipe:
+            pipe.srem(self._key(BATCH_RUNNING_KEY, **b), job.id)
+            pipe.sadd(self._key(BATCH_WAITING_KEY, **b), job.id)
+            pipe.sadd(self._key(PROVIDER_WAITING_KEY), job.id)
+            pipe.execute()
+
     def resumed(self, job: Job) -> None:
         """The job holds a worker slot again; it still has its checkpoint until its question completes."""
         with self.redis.pipeline(transaction=True) as pipe:
