@@ -274,7 +274,7 @@ def test_H14g_a_model_without_a_batch_api_is_refused_at_submission(redis_space, 
     assert error.line_no == 0 and "run.batch" in error.problem and says in error.problem
 
 
-@pytest.mark.parametrize("model", ["openai:gpt-4.1", "anthropic:claude-sonnet-4-5", "google-gla:gemini-2.5-flash"])
+@pytest.mark.parametrize("model", ["openai:gpt-4.1", "anthropic:claude-sonnet-4-5", "google:gemini-2.5-flash", "google-cloud:gemini-2.5-flash"])
 def test_H14g_models_with_a_batch_api_are_accepted(redis_space, data_dir, model) -> None:
     producer = Producer(settings_for(redis_space, data_dir))
     try:

@@ -12,8 +12,7 @@ from __future__ import annotations
 # pydantic-ai 2.68 provider prefixes whose models have a batch API: OpenAI's through the Responses
 # model (`openai:` builds it; `openai-chat:` is Chat Completions, which has none), Anthropic's
 # Message Batches and Google's batch mode
-BATCH_PROVIDERS = frozenset({"openai", "openai-responses", "anthropic", "google", "google-gla", "google-vertex",
-                             "google-cloud"})
+BATCH_PROVIDERS = frozenset({"openai", "openai-responses", "anthropic", "google", "google-cloud"})
 OFFLINE_MODEL = "extractive"  # worker.runtime.extractive.EXTRACTIVE: it runs on the worker, with no provider
 
 
