@@ -20,11 +20,10 @@ import time
 import uuid
 from typing import Any
 
-import uvicorn
-from fastapi import FastAPI, Request, UploadFile
+from fastapi import Request, UploadFile
 from fastapi.responses import JSONResponse, Response
 
-from worker.store.embedded import free_port
+from tests.worker.fake_openai import LocalServer
 
 FAKE_ANSWER = "Fake answer from the knowledge base."
 _CHUNK_ID = re.compile(r"^\[([^\]]+)\] \[rank", re.MULTILINE)
@@ -73,10 +72,9 @@ def _call(name: str, arguments: dict[str, Any], n: int) -> dict[str, Any]:
             "arguments": json.dumps(arguments), "status": "completed"}
 
 
-class FakeOpenAIBatches:
+class FakeOpenAIBatches(LocalServer):
     def __init__(self, *, delay_s: float = 0.5, live_latency_s: float = 0.0) -> None:
-        self.port = free_port()
-        self.base_url = f"http://127.0.0.1:{self.port}/v1"
+        super().__init__()
         self.delay_s = delay_s
         self.live_latency_s = live_latency_s  # how long a live request takes (bench/provider_batch.py)
         self.expire_batches = 0
@@ -87,7 +85,6 @@ class FakeOpenAIBatches:
         self.batch_requests = 0  # requests submitted in batches (every line of every input file)
         self.cancelled: list[str] = []
         self.n = 0
-        self.app = FastAPI()
         self.app.post("/v1/responses")(self.responses)
         self.app.post("/v1/files")(self.upload)
         self.app.get("/v1/files/{file_id}/content")(self.content)
@@ -95,21 +92,6 @@ class FakeOpenAIBatches:
         self.app.post("/v1/batches")(self.create)
         self.app.get("/v1/batches/{batch_id}")(self.retrieve)
         self.app.post("/v1/batches/{batch_id}/cancel")(self.cancel)
-        self.server = uvicorn.Server(uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_level="warning"))
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-
-    def start(self) -> FakeOpenAIBatches:
-        self.thread.start()
-        deadline = time.monotonic() + 10
-        while not self.server.started:
-            if time.monotonic() > deadline:
-                raise RuntimeError("the fake OpenAI Batch API did not start")
-            time.sleep(0.02)
-        return self
-
-    def stop(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=5)
 
     def reset(self, *, delay_s: float = 0.5) -> None:
         with self.lock:
