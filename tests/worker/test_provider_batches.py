@@ -119,6 +119,14 @@ def batch_cluster(redis_space: RedisSpace, data_dir: Path, tmp_path: Path,
         cluster.close()
 
 
+def all_in_provider_batches(store: ResultsStore, batch_id: str, n: int) -> Callable[[BatchProgress], bool]:
+    """Every job's request is in a provider batch (a job counts as waiting from when it is queued)."""
+    def done(progress: BatchProgress) -> bool:
+        events = [fields for _, fields in store.events(batch_id)]
+        return progress.waiting == n and len({e["job_id"] for e in events if e["event"] == "job_waiting"}) == n
+    return done
+
+
 def assert_each_job_once(store: ResultsStore, batch_id: str, n: int) -> None:
     events = [fields for _, fields in store.events(batch_id)]
     finished = Counter(e["job_id"] for e in events if e["event"] in ("job_finished", "job_cancelled"))
@@ -184,7 +192,7 @@ def test_H14c_cancel_mid_way_ends_in_seconds_and_cancels_the_provider_batch(batc
     cluster.start()
     n = 12
     batch_id = cluster.submit(lines(n, "cancel"), batch_config(cluster.server))
-    cluster.watch(batch_id, timeout=60, until=lambda p: p.waiting == n)
+    cluster.watch(batch_id, timeout=60, until=all_in_provider_batches(cluster.store, batch_id, n))
     provider_batches = ProviderBatchStore(cluster.store).provider_batches(batch_id)
     assert len(provider_batches) == 1
     cancelled_at = time.monotonic()
@@ -205,8 +213,8 @@ def test_H14d_a_provider_batch_shared_with_a_batch_still_running_is_not_cancelle
     config = batch_config(cluster.server)
     kept = cluster.submit(lines(3, "kept"), config)
     dropped = cluster.submit(lines(3, "dropped"), config)
-    cluster.watch(dropped, timeout=60, until=lambda p: p.waiting == 3)
-    cluster.watch(kept, timeout=60, until=lambda p: p.waiting == 3)
+    cluster.watch(dropped, timeout=60, until=all_in_provider_batches(cluster.store, dropped, 3))
+    cluster.watch(kept, timeout=60, until=all_in_provider_batches(cluster.store, kept, 3))
     shared = ProviderBatchStore(cluster.store).provider_batches(kept)
     assert shared == ProviderBatchStore(cluster.store).provider_batches(dropped)
     cluster.producer.cancel(dropped)
@@ -242,7 +250,7 @@ def test_H14f_a_worker_killed_while_its_jobs_wait_loses_nothing_and_submits_noth
     doomed = cluster.start()
     n = 30
     batch_id = cluster.submit(lines(n, "kill"), batch_config(cluster.server))
-    cluster.watch(batch_id, timeout=60, until=lambda p: p.waiting == n and p.running == 0)
+    cluster.watch(batch_id, timeout=60, until=all_in_provider_batches(cluster.store, batch_id, n))
     os.kill(doomed.process.pid, signal.SIGKILL)
     doomed.process.wait(timeout=5)
     cluster.start()

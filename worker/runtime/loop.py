@@ -27,10 +27,14 @@ class ProcessLoop:
         self.thread = threading.Thread(target=self.loop.run_forever, name="grounded-agent-loop", daemon=True)
         self.thread.start()
 
+    def submit(self, make: Callable[[], Coroutine[Any, Any, T]]) -> concurrent.futures.Future[T]:
+        """Starts the coroutine on the loop without waiting for it; context variables travel with it."""
+        return asyncio.run_coroutine_threadsafe(make(), self.loop)
+
     def run(self, make: Callable[[], Coroutine[Any, Any, T]], *, timeout: float) -> T:
         """Runs the coroutine on the loop and waits for it. Context variables (the job's log
         bindings) travel with it; on timeout the run is cancelled, so it commits nothing (H4)."""
-        future = asyncio.run_coroutine_threadsafe(make(), self.loop)
+        future = self.submit(make)
         try:
             return future.result(timeout)
         except concurrent.futures.TimeoutError:

@@ -24,7 +24,8 @@ from __future__ import annotations
 import asyncio
 import copy
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -36,6 +37,7 @@ from pydantic_ai.exceptions import ModelAPIError
 from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter, ModelResponse
 from pydantic_ai.models import Model
 from pydantic_ai.models.batch import Batch as ProviderBatch
+from pydantic_ai.models.batch import BatchRequest, EncodedBatchRequest
 from pydantic_ai.output import PendingModelResponse
 from pydantic_ai.run import AgentRunResult
 from pydantic_ai.usage import UsageLimits
@@ -55,6 +57,20 @@ BATCH_PROCESSING = "batch"  # `provider_details['processing']` of a response a b
 _HANDLE = TypeAdapter(ProviderBatch)
 
 log = structlog.get_logger()
+
+# Set by the task around starting a batch-mode job's run: called (on the loop) when the run hands a
+# request to the batching queue, so the task can let go of its slot while the run waits (H14.2)
+QUEUED: ContextVar[Callable[[], None] | None] = ContextVar("grounded_batch_request_queued", default=None)
+
+
+class _Queueing(WireRecorder):
+    """Records each request as sent and says when one joins the batching queue."""
+
+    async def batch_encode(self, request: BatchRequest) -> EncodedBatchRequest:
+        encoded = await super().batch_encode(request)
+        if (queued := QUEUED.get()) is not None:
+            queued()
+        return encoded
 
 
 class RunSuspended(Exception):  # noqa: N818 - not an error: the job waits on its provider
@@ -243,7 +259,7 @@ async def run_batched_turn(
             message_history=list(history) or None,
             deps=deps,
             conversation_id=conversation_id,
-            model=WireRecorder(model, wire),  # the capability wraps it: batch_encode records each request
+            model=_Queueing(model, wire),  # the capability wraps it: batch_encode records each request
             model_settings=NO_SDK_RETRIES,
             usage_limits=UsageLimits(request_limit=max(1, request_limit - _completed_steps(history, len(messages)))),
             capabilities=[batching.capability],

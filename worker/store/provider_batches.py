@@ -26,6 +26,7 @@ from .keys import (
     BATCH_PROVIDER_BATCHES_KEY,
     BATCH_RUNNING_KEY,
     BATCH_WAITING_KEY,
+    JOB_DETACHED_KEY,
     JOB_PENDING_KEY,
     METRICS_KEY,
     PROVIDER_BATCH_ABANDONED_KEY,
@@ -137,13 +138,33 @@ class ProviderBatchStore:
     def set_next_check(self, provider_batch: str, at: float) -> None:
         self.redis.hset(self._key(PROVIDER_BATCH_KEY, provider_batch_id=provider_batch), "next_check", f"{at:.3f}")
 
+    def detach(self, job: Job, *, lease_s: float) -> None:
+        """The job's run goes on in its worker's event loop, waiting for its request to be submitted,
+        and its slot is free: the lease keeps other deliveries from resuming the job meanwhile, and
+        expires on its own if that worker dies."""
+        with self.redis.pipeline(transaction=True) as pipe:
+            pipe.set(self._key(JOB_DETACHED_KEY, job_id=job.id), "1", px=max(1, int(lease_s * 1000)))
+            self._move_to_waiting(pipe, job)
+            pipe.execute()
+
+    def detached_for(self, job: Job) -> float:
+        """Seconds left on the job's detached run's lease; 0 when none runs."""
+        left = int(self.redis.pttl(self._key(JOB_DETACHED_KEY, job_id=job.id)))
+        return left / 1000 if left > 0 else 0.0
+
+    def release_detached(self, job: Job) -> None:
+        self.redis.delete(self._key(JOB_DETACHED_KEY, job_id=job.id))
+
+    def _move_to_waiting(self, pipe: Any, job: Job) -> None:
+        b = {"batch_id": job.batch_id}
+        pipe.srem(self._key(BATCH_RUNNING_KEY, **b), job.id)
+        pipe.sadd(self._key(BATCH_WAITING_KEY, **b), job.id)
+        pipe.sadd(self._key(PROVIDER_WAITING_KEY), job.id)
+
     def still_waiting(self, job: Job) -> None:
         """A delivery that found its provider batch checked recently goes back to waiting unrun."""
-        b = {"batch_id": job.batch_id}
         with self.redis.pipeline(transaction=True) as pipe:
-            pipe.srem(self._key(BATCH_RUNNING_KEY, **b), job.id)
-            pipe.sadd(self._key(BATCH_WAITING_KEY, **b), job.id)
-            pipe.sadd(self._key(PROVIDER_WAITING_KEY), job.id)
+            self._move_to_waiting(pipe, job)
             pipe.execute()
 
     def resumed(self, job: Job) -> None:

@@ -26,7 +26,7 @@ from .celery_app import ANSWER_JOB
 from .events import JobFailed, outcome_text, task_labels, turn_progress
 from .logs import bind_attempt, job_context
 from .process import ProcessWorker, WorkerLost, process_worker, retry_delay, run_in_process_loop
-from .provider_waits import cancel_waiting, discard_round, wait_on_provider
+from .provider_waits import RunDetached, cancel_waiting, discard_round, run_batch_delivery, wait_on_provider
 from .requeue import requeue_when_redis_is_down
 
 log = structlog.get_logger()
@@ -75,10 +75,13 @@ def _answer(task: Task, worker: ProcessWorker, job: Job, batch: Batch, lock_wait
     try:
         if lost >= worker.settings.max_worker_losses:
             raise WorkerLost(lost)
-        result = run_in_process_loop(worker, job, batch, attempts, started_at, turn_progress(task, job))
-    except RunSuspended as exc:  # H14: the round is saved; the slot is freed until the next check
+        if batch.config.run.batch:
+            result = run_batch_delivery(worker, job, batch, attempts, started_at, turn_progress(task, job))
+        else:
+            result = run_in_process_loop(worker, job, batch, attempts, started_at, turn_progress(task, job))
+    except (RunSuspended, RunDetached) as exc:  # H14: the slot is freed until the next check
         if not worker.store.cancel_requested(batch.id):
-            wait_on_provider(task, worker, job, batch, exc, provider_waits)
+            wait_on_provider(task, job, exc, provider_waits)
         cancel_waiting(worker, job, batch)
         return "cancelled"
     except RoundSuperseded:  # H14: a redelivery of this job saved a round first and carries it on

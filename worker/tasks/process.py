@@ -5,8 +5,10 @@ runs are submitted to."""
 from __future__ import annotations
 
 import random
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from worker.jobs.models import Batch, Job, JobResult
 from worker.runtime.agents import AgentCache
@@ -74,20 +76,23 @@ def retry_delay(retries: int, retry_after: float | None, settings: Settings) -> 
     return min(delay * random.uniform(0.8, 1.2), settings.retry_max_s)
 
 
+def job_run(worker: ProcessWorker, job: Job, batch: Batch, attempts: int, started_at: datetime,
+            commit: Commit) -> tuple[Callable[[], Coroutine[Any, Any, JobResult]], float]:
+    """The job's runs as a coroutine factory for the process loop, and how long they may take."""
+    timeout_s = min(batch.config.run.timeout_s, worker.settings.task_soft_limit_s)
+    if job.kind != "question":
+        conversations = ConversationStore(worker.store)
+        return (lambda: run_conversation_job(job, batch, worker.runtime, conversations, attempts=attempts,
+                                             started_at=started_at, timeout_s=timeout_s, progress=commit),
+                timeout_s)
+    return (lambda: run_job(job, batch, worker.runtime, attempts=attempts, started_at=started_at,
+                            timeout_s=timeout_s, commit=commit),
+            timeout_s)
+
+
 def run_in_process_loop(worker: ProcessWorker, job: Job, batch: Batch, attempts: int, started_at: datetime,
                         commit: Commit) -> JobResult:
     """Runs the job on this process's event loop and waits for it: one loop per process
     (docs/design/architecture.md, "Queue")."""
-    timeout_s = min(batch.config.run.timeout_s, worker.settings.task_soft_limit_s)
-    if job.kind != "question":
-        conversations = ConversationStore(worker.store)
-        return process_loop().run(
-            lambda: run_conversation_job(job, batch, worker.runtime, conversations, attempts=attempts,
-                                         started_at=started_at, timeout_s=timeout_s, progress=commit),
-            timeout=timeout_s + LOOP_GRACE_S,
-        )
-    return process_loop().run(
-        lambda: run_job(job, batch, worker.runtime, attempts=attempts, started_at=started_at, timeout_s=timeout_s,
-                        commit=commit),
-        timeout=timeout_s + LOOP_GRACE_S,
-    )
+    make, timeout_s = job_run(worker, job, batch, attempts, started_at, commit)
+    return process_loop().run(make, timeout=timeout_s + LOOP_GRACE_S)

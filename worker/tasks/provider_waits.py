@@ -5,37 +5,114 @@ A suspended run has saved its round (`worker.runtime.provider_batches`), so the 
 retry publishes the job again with a countdown (any worker may take it; the one holding the countdown
 uses no pool slot) and acknowledges this delivery. These waits are counted apart from the job's
 retries after transient errors (`run.retries`), like waiting for a conversation's lock.
+
+A run also waits before its request is submitted: the process's batching queue collects requests
+for up to GROUNDED_BATCH_MAX_WAIT_S. Holding the slot meanwhile would cap a provider batch at the
+process's slots, so the task lets go as soon as the request is queued (H14.2): the run goes on in
+the process's event loop under a lease, saves its round once submitted, and the job's next delivery,
+already scheduled, resumes from it. A worker that dies meanwhile leaves an expiring lease, and the
+next delivery starts again from the last saved round.
 """
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
+import threading
+from datetime import datetime
 from typing import NoReturn
 
 import structlog
 from celery import Task
 
-from worker.jobs.models import Batch, Job
-from worker.runtime.loop import process_loop
-from worker.runtime.provider_batches import RunSuspended
-from worker.store.metrics import record_cancelled
+from worker.jobs.models import Batch, Job, JobResult
+from worker.runtime.loop import RunTimedOut, process_loop
+from worker.runtime.provider_batches import QUEUED, RunSuspended
+from worker.runtime.run import Commit
+from worker.store.metrics import record_cancelled, record_finished
 
 from .events import task_labels
-from .process import ProcessWorker
+from .process import LOOP_GRACE_S, ProcessWorker, job_run
 
 CANCEL_TIMEOUT_S = 60.0  # cancelling a provider batch is one HTTP call; the job is cancelled regardless
+LEASE_MARGIN_S = 30.0  # a detached run's lease outlasts the batching wait by this much
 
 log = structlog.get_logger()
 
 
 class WaitingOnProvider(Exception):  # noqa: N818 - not a failure: the reason Flower shows for the retry
-    """H14. The job's request is in a provider batch; the task comes back at the next check."""
+    """H14. The job's request is in (or on its way to) a provider batch; the task comes back later."""
 
 
-def wait_on_provider(task: Task, worker: ProcessWorker, job: Job, batch: Batch, suspended: RunSuspended,
-                     provider_waits: int) -> NoReturn:
-    raise task.retry(countdown=suspended.delay_s, max_retries=None, exc=WaitingOnProvider(str(suspended)),
+class RunDetached(Exception):  # noqa: N818 - not an error: the run goes on without a slot
+    """The run's request is queued for the next provider batch and the run goes on in the event loop."""
+
+    def __init__(self, message: str, delay_s: float) -> None:
+        super().__init__(message)
+        self.delay_s = delay_s
+
+
+def wait_on_provider(task: Task, job: Job, waiting: RunSuspended | RunDetached, provider_waits: int) -> NoReturn:
+    raise task.retry(countdown=waiting.delay_s, max_retries=None, exc=WaitingOnProvider(str(waiting)),
                      kwargs={**(task.request.kwargs or {}), "provider_waits": provider_waits + 1},
                      **task_labels(job))
+
+
+def run_batch_delivery(worker: ProcessWorker, job: Job, batch: Batch, attempts: int, started_at: datetime,
+                       commit: Commit) -> JobResult:
+    """One delivery of a batch-mode job: returns its result, or raises RunSuspended (its round is
+    saved) or RunDetached (its request is queued and the run goes on without the slot)."""
+    batching = worker.runtime.batching
+    assert batching is not None
+    store = batching.store
+    if (lease_s := store.detached_for(job)) > 0:  # the job's run still waits in a worker's loop
+        store.still_waiting(job)
+        raise RunDetached("its run waits for its request to be submitted", lease_s + 0.5)
+    make, timeout_s = job_run(worker, job, batch, attempts, started_at, commit)
+    settled = threading.Event()
+    token = QUEUED.set(settled.set)
+    try:
+        future = process_loop().submit(make)
+    finally:
+        QUEUED.reset(token)
+    future.add_done_callback(lambda _: settled.set())
+    if not settled.wait(timeout_s + LOOP_GRACE_S):
+        future.cancel()
+        raise RunTimedOut(f"the job did not finish within {timeout_s + LOOP_GRACE_S:g} s and was cancelled")
+    if future.done():
+        return future.result()
+    max_wait_s = batching.capability.max_wait.total_seconds() if batching.capability.max_wait else 0.0
+    store.detach(job, lease_s=max_wait_s + LEASE_MARGIN_S)
+    future.add_done_callback(lambda done: _detached_run_ended(worker, job, batch, done))
+    raise RunDetached("its request is queued for the next provider batch",
+                      max_wait_s + batching.capability.poll_interval.total_seconds())
+
+
+def _detached_run_ended(worker: ProcessWorker, job: Job, batch: Batch,
+                        future: concurrent.futures.Future[JobResult]) -> None:
+    """On the loop, when a detached run ends: normally it saved its round (RunSuspended) and the job's
+    next delivery resumes it. A result it returned (a permanent failure) is written here; anything
+    else is left to the next delivery, which starts from the last saved round."""
+    batching = worker.runtime.batching
+    assert batching is not None
+
+    async def settle() -> None:
+        await asyncio.to_thread(batching.store.release_detached, job)
+        if future.cancelled():
+            return
+        error = future.exception()
+        if error is None:
+            result = future.result()
+            if await asyncio.to_thread(worker.store.write_result, result, total=batch.total):
+                await asyncio.to_thread(record_finished, worker.store, result)
+            await asyncio.to_thread(batching.store.discard_pending, job)
+        elif isinstance(error, RunSuspended):
+            if await asyncio.to_thread(worker.store.cancel_requested, batch.id):
+                await batching.cancel_if_abandoned(job, error.pending, worker.runtime.models.get(batch.config))
+        else:
+            log.warning("detached_run_failed", job_id=job.id, error=f"{type(error).__name__}: {error}")
+
+    asyncio.run_coroutine_threadsafe(settle(), process_loop().loop)  # called on the loop, or here if done already
 
 
 def cancel_waiting(worker: ProcessWorker, job: Job, batch: Batch) -> bool:
