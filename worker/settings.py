@@ -170,9 +170,9 @@ class Settings(BaseSettings):
     def visibility_timeout_s(self) -> int:
         """Redis redelivers an unacked job after this long, so it must outlast the longest job plus its
         longest retry countdown, or a job still running is handed to a second worker
-        (docs/design/architecture.md, "Queue"). A job waiting on its provider (H14) is such a countdown."""
-        longest_countdown = max(self.retry_max_s, self.batch_max_poll_s)
-        return self.task_hard_limit_s + int(longest_countdown) + self.redelivery_margin_s
+        (docs/design/architecture.md, "Queue"). A job waiting on its provider (H14) comes back within
+        retry_max_s too, however far off its batch's next check is."""
+        return self.task_hard_limit_s + int(self.retry_max_s) + self.redelivery_margin_s
 
     def signer(self) -> TagSigner:
         """H8/T1: every worker signs with the newest key and verifies with all of them."""

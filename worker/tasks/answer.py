@@ -81,7 +81,7 @@ def _answer(task: Task, worker: ProcessWorker, job: Job, batch: Batch, lock_wait
             result = run_in_process_loop(worker, job, batch, attempts, started_at, turn_progress(task, job))
     except (RunSuspended, RunDetached) as exc:  # H14: the slot is freed until the next check
         if not worker.store.cancel_requested(batch.id):
-            wait_on_provider(task, job, exc, provider_waits)
+            wait_on_provider(task, job, exc, provider_waits, worker.settings)
         cancel_waiting(worker, job, batch)
         return "cancelled"
     except RoundSuperseded:  # H14: a redelivery of this job saved a round first and carries it on

@@ -29,6 +29,7 @@ from worker.jobs.models import Batch, Job, JobResult
 from worker.runtime.loop import RunTimedOut, process_loop
 from worker.runtime.provider_batches import QUEUED, RunSuspended
 from worker.runtime.run import Commit
+from worker.settings import Settings
 from worker.store.metrics import record_cancelled, record_finished
 
 from .events import task_labels
@@ -52,8 +53,13 @@ class RunDetached(Exception):  # noqa: N818 - not an error: the run goes on with
         self.delay_s = delay_s
 
 
-def wait_on_provider(task: Task, job: Job, waiting: RunSuspended | RunDetached, provider_waits: int) -> NoReturn:
-    raise task.retry(countdown=waiting.delay_s, max_retries=None, exc=WaitingOnProvider(str(waiting)),
+def wait_on_provider(task: Task, job: Job, waiting: RunSuspended | RunDetached, provider_waits: int,
+                     settings: Settings) -> NoReturn:
+    """The countdown is capped by GROUNDED_RETRY_MAX_S, which the visibility timeout covers: a
+    countdown held longer than that would be handed to a second worker. A delivery that comes back
+    before its batch's next check waits again without running (`_unless_checked_lately`)."""
+    raise task.retry(countdown=min(waiting.delay_s, settings.retry_max_s), max_retries=None,
+                     exc=WaitingOnProvider(str(waiting)),
                      kwargs={**(task.request.kwargs or {}), "provider_waits": provider_waits + 1},
                      **task_labels(job))
 
