@@ -309,3 +309,22 @@ def test_H14h_a_batch_result_is_priced_at_batch_prices() -> None:
     assert live_cost is not None and batch_cost is not None
     assert batch_cost == pytest.approx(live_cost / 2)
     assert cost_usd([ModelResponse(parts=[], usage=usage, model_name="no-such-model", provider_name="nowhere")]) is None
+
+
+def test_H14i_a_conversation_in_batch_mode_commits_each_turn(batch_cluster) -> None:
+    cluster = batch_cluster()
+    cluster.start()
+    config = question_config(PASSAGES, model="gpt-4.1", run={"batch": True},
+                             endpoint={"base_url": cluster.server.base_url, "api_key_env": FAKE_KEY_ENV,
+                                       "api": "responses"})
+    turns = ["When does the observatory open?", "And on Sundays?"]
+    batch_id = cluster.submit([{"custom_id": "talk", "turns": turns}], config)
+    assert cluster.watch(batch_id, timeout=90)[-1].succeeded == 1
+    [result] = cluster.store.iter_results(batch_id)
+    assert [t.question_text for t in result.turns] == turns
+    assert [t.answer for t in result.turns] == [FAKE_ANSWER, FAKE_ANSWER]
+    # the first turn searches, cites and answers; the second (the scripted model has cited) answers
+    assert result.rounds == STEPS + 1 and result.processing == "batch"
+    stored = cluster.producer.conversations.load(result.conversation_id or "")
+    assert stored is not None and stored.version == 2
+    assert cluster.server.batch_requests == STEPS + 1
