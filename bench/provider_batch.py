@@ -21,7 +21,7 @@ from bench import infra
 from bench.table import row
 
 JOBS = 60
-CONCURRENCY = 64
+CONCURRENCY = 64  # batch mode: the default batching wait (5 s), polls every 4 s and up to 8 s
 LIVE_LATENCY_S = 1.0
 BATCH_DELAY_S = 10.0  # hours at a real provider; the point is that no slot is held meanwhile
 SAMPLE_S = 0.05
@@ -92,7 +92,7 @@ def run() -> list[dict[str, Any]]:
             with infra.private_redis(folder) as redis_server:
                 prefix = infra.new_prefix()
                 env = infra.worker_env(redis_server.url, prefix, data, GROUNDED_CONCURRENCY=str(CONCURRENCY),
-                                       GROUNDED_BATCH_MAX_WAIT_S="1", GROUNDED_BATCH_POLL_S="4",
+                                       GROUNDED_BATCH_MAX_WAIT_S="5", GROUNDED_BATCH_POLL_S="4",
                                        GROUNDED_BATCH_MAX_POLL_S="8",
                                        GROUNDED_ENDPOINT_KEY_BINDINGS=f"{KEY_ENV}=http://127.0.0.1:*",
                                        **{KEY_ENV: "sk-bench"})
