@@ -132,6 +132,8 @@ def cancel_waiting(worker: ProcessWorker, job: Job, batch: Batch) -> bool:
 
         if process_loop().run(abandon, timeout=CANCEL_TIMEOUT_S):
             log.info("provider_batch_cancelled", provider_batch=pending.provider_batch)
+    elif batching is not None and batch.config.run.batch:
+        batching.store.discard_pending(job)  # no longer waiting; a detached run abandons its own when it ends
     if worker.store.mark_cancelled(job, total=batch.total):
         record_cancelled(worker.store, job)
         return True
