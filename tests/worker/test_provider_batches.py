@@ -119,16 +119,26 @@ def batch_cluster(redis_space: RedisSpace, data_dir: Path, tmp_path: Path,
         cluster.close()
 
 
+def all_events(store: ResultsStore, batch_id: str) -> list[dict[str, Any]]:
+    """Every event of the batch (each delivery of a waiting job adds one), page by page."""
+    events: list[dict[str, Any]] = []
+    after: str | None = None
+    while page := store.events(batch_id, after=after):
+        events += [fields for _, fields in page]
+        after = page[-1][0]
+    return events
+
+
 def all_in_provider_batches(store: ResultsStore, batch_id: str, n: int) -> Callable[[BatchProgress], bool]:
     """Every job's request is in a provider batch (a job counts as waiting from when it is queued)."""
     def done(progress: BatchProgress) -> bool:
-        events = [fields for _, fields in store.events(batch_id)]
+        events = all_events(store, batch_id)
         return progress.waiting == n and len({e["job_id"] for e in events if e["event"] == "job_waiting"}) == n
     return done
 
 
 def assert_each_job_once(store: ResultsStore, batch_id: str, n: int) -> None:
-    events = [fields for _, fields in store.events(batch_id)]
+    events = all_events(store, batch_id)
     finished = Counter(e["job_id"] for e in events if e["event"] in ("job_finished", "job_cancelled"))
     assert len(finished) == n and set(finished.values()) == {1}
     assert sum(e["event"] == "batch_finished" for e in events) == 1
@@ -158,7 +168,7 @@ def test_H14a_a_batch_shares_one_provider_batch_per_step_and_holds_no_slot_while
     assert cluster.server.batch_requests == n * STEPS
     assert cluster.server.live_requests == 0
     assert_each_job_once(cluster.store, batch_id, n)
-    events = [fields for _, fields in cluster.store.events(batch_id)]
+    events = all_events(cluster.store, batch_id)
     waits = [e for e in events if e["event"] == "job_waiting"]
     assert len({(e["job_id"], e["round"]) for e in waits}) == n * STEPS
     assert ProviderBatchStore(cluster.store).provider_batches(batch_id) == sorted(used)
@@ -202,7 +212,7 @@ def test_H14c_cancel_mid_way_ends_in_seconds_and_cancels_the_provider_batch(batc
     assert (final.cancelled, final.succeeded, final.waiting, final.state) == (n, 0, 0, "cancelled")
     assert cluster.server.cancelled == provider_batches
     assert cluster.server.statuses()[provider_batches[0]] == "cancelled"
-    events = [fields for _, fields in cluster.store.events(batch_id)]
+    events = all_events(cluster.store, batch_id)
     assert [e["provider_batch"] for e in events if e["event"] == "provider_batch_cancelled"] == provider_batches
     assert_each_job_once(cluster.store, batch_id, n)
 

@@ -28,6 +28,7 @@ UNACKED_KEY = "unacked"  # kombu's hash of delivered, unacknowledged messages (u
 QUEUE = "jobs"  # the Celery queue; its Redis list is KEY_PREFIX + "jobs" (what KEDA's list scaler watches)
 # provider batch mode (H14, store/provider_batches.py)
 JOB_PENDING_KEY = "job:{job_id}:pending"  # hash: a suspended question's round (data) and its version
+JOB_CHAIN_KEY = "job:{job_id}:chain"  # the newest provider wait's number: older deliveries are stale copies
 JOB_DETACHED_KEY = "job:{job_id}:detached"  # a lease: the job's run waits in a worker's loop for its submission
 BATCH_WAITING_KEY = "batch:{batch_id}:waiting"  # job ids waiting on their provider (not holding a slot)
 BATCH_PROVIDER_BATCHES_KEY = "batch:{batch_id}:provider_batches"  # provider batch ids its jobs waited on

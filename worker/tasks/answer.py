@@ -26,7 +26,14 @@ from .celery_app import ANSWER_JOB
 from .events import JobFailed, outcome_text, task_labels, turn_progress
 from .logs import bind_attempt, job_context
 from .process import ProcessWorker, WorkerLost, process_worker, retry_delay, run_in_process_loop
-from .provider_waits import RunDetached, cancel_waiting, discard_round, run_batch_delivery, wait_on_provider
+from .provider_waits import (
+    RunDetached,
+    cancel_waiting,
+    discard_round,
+    run_batch_delivery,
+    stale_delivery,
+    wait_on_provider,
+)
 from .requeue import requeue_when_redis_is_down
 
 log = structlog.get_logger()
@@ -35,7 +42,7 @@ log = structlog.get_logger()
 # `throws`: a failed job is an expected outcome, logged in one line without a traceback
 @shared_task(bind=True, name=ANSWER_JOB, max_retries=None, throws=(JobFailed,))
 @requeue_when_redis_is_down
-def answer_job(self: Task, job_id: str, lock_waits: int = 0, provider_waits: int = 0) -> str:
+def answer_job(self: Task, job_id: str, lock_waits: int = 0, provider_waits: int = 0, wait: int = 0) -> str:
     worker = process_worker()
     job = worker.store.load_job(job_id)
     batch = worker.store.load_batch(job.batch_id) if job is not None else None
@@ -58,6 +65,9 @@ def answer_job(self: Task, job_id: str, lock_waits: int = 0, provider_waits: int
                                  kwargs={**(self.request.kwargs or {}), "lock_waits": lock_waits + 1},
                                  **task_labels(job))
         try:
+            if stale_delivery(worker, job, batch, wait):  # H14.2: a dead worker's copy; a newer one carries on
+                log.warning("job_delivery_stale", wait=wait)
+                return "superseded"
             return _answer(self, worker, job, batch, lock_waits, provider_waits)
         finally:
             if lock is not None:
@@ -81,7 +91,7 @@ def _answer(task: Task, worker: ProcessWorker, job: Job, batch: Batch, lock_wait
             result = run_in_process_loop(worker, job, batch, attempts, started_at, turn_progress(task, job))
     except (RunSuspended, RunDetached) as exc:  # H14: the slot is freed until the next check
         if not worker.store.cancel_requested(batch.id):
-            wait_on_provider(task, job, exc, provider_waits, worker.settings)
+            wait_on_provider(task, worker, job, exc, provider_waits)
         cancel_waiting(worker, job, batch)
         return "cancelled"
     except RoundSuperseded:  # H14: a redelivery of this job saved a round first and carries it on

@@ -29,7 +29,6 @@ from worker.jobs.models import Batch, Job, JobResult
 from worker.runtime.loop import RunTimedOut, process_loop
 from worker.runtime.provider_batches import QUEUED, RunSuspended
 from worker.runtime.run import Commit
-from worker.settings import Settings
 from worker.store.metrics import record_cancelled, record_finished
 
 from .events import task_labels
@@ -53,15 +52,24 @@ class RunDetached(Exception):  # noqa: N818 - not an error: the run goes on with
         self.delay_s = delay_s
 
 
-def wait_on_provider(task: Task, job: Job, waiting: RunSuspended | RunDetached, provider_waits: int,
-                     settings: Settings) -> NoReturn:
+def wait_on_provider(task: Task, worker: ProcessWorker, job: Job, waiting: RunSuspended | RunDetached,
+                     provider_waits: int) -> NoReturn:
     """The countdown is capped by GROUNDED_RETRY_MAX_S, which the visibility timeout covers: a
     countdown held longer than that would be handed to a second worker. A delivery that comes back
-    before its batch's next check waits again without running (`_unless_checked_lately`)."""
-    raise task.retry(countdown=min(waiting.delay_s, settings.retry_max_s), max_retries=None,
+    before its batch's next check waits again without running (`_unless_checked_lately`). The next
+    delivery carries this wait's number, so a stale copy of it stops (`stale_delivery`)."""
+    assert worker.runtime.batching is not None
+    wait = worker.runtime.batching.store.next_wait(job)
+    raise task.retry(countdown=min(waiting.delay_s, worker.settings.retry_max_s), max_retries=None,
                      exc=WaitingOnProvider(str(waiting)),
-                     kwargs={**(task.request.kwargs or {}), "provider_waits": provider_waits + 1},
+                     kwargs={**(task.request.kwargs or {}), "provider_waits": provider_waits + 1, "wait": wait},
                      **task_labels(job))
+
+
+def stale_delivery(worker: ProcessWorker, job: Job, batch: Batch, wait: int) -> bool:
+    """A batch-mode job's delivery that an older provider wait scheduled, superseded by a newer one."""
+    batching = worker.runtime.batching
+    return batch.config.run.batch and batching is not None and batching.store.stale(job, wait)
 
 
 def run_batch_delivery(worker: ProcessWorker, job: Job, batch: Batch, attempts: int, started_at: datetime,
