@@ -139,16 +139,17 @@ class ProviderBatchStore:
     def set_next_check(self, provider_batch: str, at: float) -> None:
         self.redis.hset(self._key(PROVIDER_BATCH_KEY, provider_batch_id=provider_batch), "next_check", f"{at:.3f}")
 
-    def next_wait(self, job: Job) -> int:
-        """Numbers a provider wait: the delivery it schedules carries the number (H14.2)."""
-        return int(self.redis.incr(self._key(JOB_CHAIN_KEY, job_id=job.id)))
+    def scheduled(self, job: Job, wait: str) -> None:
+        """Records the token of the delivery a provider wait just scheduled (after it was sent, so a
+        worker dying in between leaves the older delivery current)."""
+        self.redis.set(self._key(JOB_CHAIN_KEY, job_id=job.id), wait)
 
-    def stale(self, job: Job, wait: int) -> bool:
-        """A delivery scheduled by an older wait than the newest: a copy of the job's message that a
-        dead worker left behind (Redis hands back every message it held, and one it had already
-        replaced by the next may be among them), whose chain of deliveries must stop."""
+    def stale(self, job: Job, wait: str) -> bool:
+        """A delivery other than the newest one scheduled: a copy of the job's message that a dead
+        worker left behind (Redis hands back every message it held, one it had already replaced by
+        the next among them), whose chain of deliveries must stop."""
         newest = self.redis.get(self._key(JOB_CHAIN_KEY, job_id=job.id))
-        return wait < int(newest or 0)
+        return newest is not None and newest.decode() != wait
 
     def detach(self, job: Job, *, lease_s: float) -> None:
         """The job's run goes on in its worker's event loop, waiting for its request to be submitted,

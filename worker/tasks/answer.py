@@ -42,7 +42,7 @@ log = structlog.get_logger()
 # `throws`: a failed job is an expected outcome, logged in one line without a traceback
 @shared_task(bind=True, name=ANSWER_JOB, max_retries=None, throws=(JobFailed,))
 @requeue_when_redis_is_down
-def answer_job(self: Task, job_id: str, lock_waits: int = 0, provider_waits: int = 0, wait: int = 0) -> str:
+def answer_job(self: Task, job_id: str, lock_waits: int = 0, provider_waits: int = 0, wait: str = "") -> str:
     worker = process_worker()
     job = worker.store.load_job(job_id)
     batch = worker.store.load_batch(job.batch_id) if job is not None else None

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import secrets
 import threading
 from datetime import datetime
 from typing import NoReturn
@@ -57,16 +58,18 @@ def wait_on_provider(task: Task, worker: ProcessWorker, job: Job, waiting: RunSu
     """The countdown is capped by GROUNDED_RETRY_MAX_S, which the visibility timeout covers: a
     countdown held longer than that would be handed to a second worker. A delivery that comes back
     before its batch's next check waits again without running (`_unless_checked_lately`). The next
-    delivery carries this wait's number, so a stale copy of it stops (`stale_delivery`)."""
+    delivery carries a token of its own, so a stale copy of an older one stops (`stale_delivery`)."""
     assert worker.runtime.batching is not None
-    wait = worker.runtime.batching.store.next_wait(job)
-    raise task.retry(countdown=min(waiting.delay_s, worker.settings.retry_max_s), max_retries=None,
-                     exc=WaitingOnProvider(str(waiting)),
-                     kwargs={**(task.request.kwargs or {}), "provider_waits": provider_waits + 1, "wait": wait},
-                     **task_labels(job))
+    wait = secrets.token_hex(8)
+    retry = task.retry(countdown=min(waiting.delay_s, worker.settings.retry_max_s), max_retries=None,
+                       exc=WaitingOnProvider(str(waiting)), throw=False,
+                       kwargs={**(task.request.kwargs or {}), "provider_waits": provider_waits + 1, "wait": wait},
+                       **task_labels(job))
+    worker.runtime.batching.store.scheduled(job, wait)
+    raise retry
 
 
-def stale_delivery(worker: ProcessWorker, job: Job, batch: Batch, wait: int) -> bool:
+def stale_delivery(worker: ProcessWorker, job: Job, batch: Batch, wait: str) -> bool:
     """A batch-mode job's delivery that an older provider wait scheduled, superseded by a newer one."""
     batching = worker.runtime.batching
     return batch.config.run.batch and batching is not None and batching.store.stale(job, wait)
