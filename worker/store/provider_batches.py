@@ -70,6 +70,12 @@ return handle
 """
 
 
+_NEWEST = """
+if tonumber(ARGV[1]) > tonumber(redis.call('GET', KEYS[1]) or '0') then redis.call('SET', KEYS[1], ARGV[1]) end
+return 1
+"""
+
+
 class PendingRound(BaseModel):
     """A question suspended on its provider: everything a later run resumes from (H4's pair, plus the
     requests sent so far, which the result's `wire` reports)."""
@@ -96,6 +102,7 @@ class ProviderBatchStore:
         self.redis = results.redis
         self._suspend = self.redis.register_script(_SUSPEND)
         self._abandon = self.redis.register_script(_ABANDON)
+        self._newest = self.redis.register_script(_NEWEST)
 
     def _key(self, template: str, **fields: str) -> str:
         return self.results.key(template, **fields)
@@ -139,17 +146,18 @@ class ProviderBatchStore:
     def set_next_check(self, provider_batch: str, at: float) -> None:
         self.redis.hset(self._key(PROVIDER_BATCH_KEY, provider_batch_id=provider_batch), "next_check", f"{at:.3f}")
 
-    def scheduled(self, job: Job, wait: str) -> None:
-        """Records the token of the delivery a provider wait just scheduled (after it was sent, so a
-        worker dying in between leaves the older delivery current)."""
-        self.redis.set(self._key(JOB_CHAIN_KEY, job_id=job.id), wait)
+    def scheduled(self, job: Job, wait: int) -> None:
+        """Records the number of the delivery a provider wait just sent (after sending it, so a worker
+        dying in between leaves the older delivery current); numbers only ever grow."""
+        self._newest(keys=[self._key(JOB_CHAIN_KEY, job_id=job.id)], args=[wait])
 
-    def stale(self, job: Job, wait: str) -> bool:
-        """A delivery other than the newest one scheduled: a copy of the job's message that a dead
+    def stale(self, job: Job, wait: int) -> bool:
+        """A delivery older than the newest one scheduled: a copy of the job's message that a dead
         worker left behind (Redis hands back every message it held, one it had already replaced by
-        the next among them), whose chain of deliveries must stop."""
+        the next among them), whose chain of deliveries must stop. A delivery that runs before its
+        number was recorded is newer, not stale."""
         newest = self.redis.get(self._key(JOB_CHAIN_KEY, job_id=job.id))
-        return newest is not None and newest.decode() != wait
+        return wait < int(newest or 0)
 
     def detach(self, job: Job, *, lease_s: float) -> None:
         """The job's run goes on in its worker's event loop, waiting for its request to be submitted,

@@ -42,7 +42,7 @@ log = structlog.get_logger()
 # `throws`: a failed job is an expected outcome, logged in one line without a traceback
 @shared_task(bind=True, name=ANSWER_JOB, max_retries=None, throws=(JobFailed,))
 @requeue_when_redis_is_down
-def answer_job(self: Task, job_id: str, lock_waits: int = 0, provider_waits: int = 0, wait: str = "") -> str:
+def answer_job(self: Task, job_id: str, lock_waits: int = 0, provider_waits: int = 0, wait: int = 0) -> str:
     worker = process_worker()
     job = worker.store.load_job(job_id)
     batch = worker.store.load_batch(job.batch_id) if job is not None else None
@@ -68,13 +68,14 @@ def answer_job(self: Task, job_id: str, lock_waits: int = 0, provider_waits: int
             if stale_delivery(worker, job, batch, wait):  # H14.2: a dead worker's copy; a newer one carries on
                 log.warning("job_delivery_stale", wait=wait)
                 return "superseded"
-            return _answer(self, worker, job, batch, lock_waits, provider_waits)
+            return _answer(self, worker, job, batch, lock_waits, provider_waits, wait)
         finally:
             if lock is not None:
                 lock.release()
 
 
-def _answer(task: Task, worker: ProcessWorker, job: Job, batch: Batch, lock_waits: int, provider_waits: int) -> str:
+def _answer(task: Task, worker: ProcessWorker, job: Job, batch: Batch, lock_waits: int, provider_waits: int,
+            wait: int = 0) -> str:
     """Waiting for a conversation's lock or on a provider batch (H14) is not a failed attempt, so it
     spends no retries."""
     retries = task.request.retries - lock_waits - provider_waits
@@ -91,7 +92,7 @@ def _answer(task: Task, worker: ProcessWorker, job: Job, batch: Batch, lock_wait
             result = run_in_process_loop(worker, job, batch, attempts, started_at, turn_progress(task, job))
     except (RunSuspended, RunDetached) as exc:  # H14: the slot is freed until the next check
         if not worker.store.cancel_requested(batch.id):
-            wait_on_provider(task, worker, job, exc, provider_waits)
+            wait_on_provider(task, worker, job, exc, provider_waits, wait)
         cancel_waiting(worker, job, batch)
         return "cancelled"
     except RoundSuperseded:  # H14: a redelivery of this job saved a round first and carries it on

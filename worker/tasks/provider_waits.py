@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import secrets
 import threading
 from datetime import datetime
 from typing import NoReturn
@@ -54,13 +53,13 @@ class RunDetached(Exception):  # noqa: N818 - not an error: the run goes on with
 
 
 def wait_on_provider(task: Task, worker: ProcessWorker, job: Job, waiting: RunSuspended | RunDetached,
-                     provider_waits: int) -> NoReturn:
+                     provider_waits: int, wait: int) -> NoReturn:
     """The countdown is capped by GROUNDED_RETRY_MAX_S, which the visibility timeout covers: a
     countdown held longer than that would be handed to a second worker. A delivery that comes back
     before its batch's next check waits again without running (`_unless_checked_lately`). The next
-    delivery carries a token of its own, so a stale copy of an older one stops (`stale_delivery`)."""
+    delivery carries the next number, so a stale copy of an older one stops (`stale_delivery`)."""
     assert worker.runtime.batching is not None
-    wait = secrets.token_hex(8)
+    wait += 1
     retry = task.retry(countdown=min(waiting.delay_s, worker.settings.retry_max_s), max_retries=None,
                        exc=WaitingOnProvider(str(waiting)), throw=False,
                        kwargs={**(task.request.kwargs or {}), "provider_waits": provider_waits + 1, "wait": wait},
@@ -69,7 +68,7 @@ def wait_on_provider(task: Task, worker: ProcessWorker, job: Job, waiting: RunSu
     raise retry
 
 
-def stale_delivery(worker: ProcessWorker, job: Job, batch: Batch, wait: str) -> bool:
+def stale_delivery(worker: ProcessWorker, job: Job, batch: Batch, wait: int) -> bool:
     """A batch-mode job's delivery that an older provider wait scheduled, superseded by a newer one."""
     batching = worker.runtime.batching
     return batch.config.run.batch and batching is not None and batching.store.stale(job, wait)
