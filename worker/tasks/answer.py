@@ -42,7 +42,7 @@ log = structlog.get_logger()
 # `throws`: a failed job is an expected outcome, logged in one line without a traceback
 @shared_task(bind=True, name=ANSWER_JOB, max_retries=None, throws=(JobFailed,))
 @requeue_when_redis_is_down
-def answer_job(self: Task, job_id: str, lock_waits: int = 0, provider_waits: int = 0, wait: int = 0) -> str:
+def answer_job(self: Task, job_id: str, lock_waits: int = 0, provider_waits: int = 0) -> str:
     worker = process_worker()
     job = worker.store.load_job(job_id)
     batch = worker.store.load_batch(job.batch_id) if job is not None else None
@@ -65,17 +65,16 @@ def answer_job(self: Task, job_id: str, lock_waits: int = 0, provider_waits: int
                                  kwargs={**(self.request.kwargs or {}), "lock_waits": lock_waits + 1},
                                  **task_labels(job))
         try:
-            if stale_delivery(worker, job, batch, wait):  # H14.2: a dead worker's copy; a newer one carries on
-                log.warning("job_delivery_stale", wait=wait)
+            if stale_delivery(worker, job, batch, provider_waits):  # H14.2: a dead worker's copy; a newer one goes on
+                log.warning("job_delivery_stale", provider_waits=provider_waits)
                 return "superseded"
-            return _answer(self, worker, job, batch, lock_waits, provider_waits, wait)
+            return _answer(self, worker, job, batch, lock_waits, provider_waits)
         finally:
             if lock is not None:
                 lock.release()
 
 
-def _answer(task: Task, worker: ProcessWorker, job: Job, batch: Batch, lock_waits: int, provider_waits: int,
-            wait: int = 0) -> str:
+def _answer(task: Task, worker: ProcessWorker, job: Job, batch: Batch, lock_waits: int, provider_waits: int) -> str:
     """Waiting for a conversation's lock or on a provider batch (H14) is not a failed attempt, so it
     spends no retries."""
     retries = task.request.retries - lock_waits - provider_waits
@@ -92,7 +91,7 @@ def _answer(task: Task, worker: ProcessWorker, job: Job, batch: Batch, lock_wait
             result = run_in_process_loop(worker, job, batch, attempts, started_at, turn_progress(task, job))
     except (RunSuspended, RunDetached) as exc:  # H14: the slot is freed until the next check
         if not worker.store.cancel_requested(batch.id):
-            wait_on_provider(task, worker, job, exc, provider_waits, wait)
+            wait_on_provider(task, worker, job, exc, provider_waits)
         cancel_waiting(worker, job, batch)
         return "cancelled"
     except RoundSuperseded:  # H14: a redelivery of this job saved a round first and carries it on

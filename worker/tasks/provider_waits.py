@@ -53,25 +53,25 @@ class RunDetached(Exception):  # noqa: N818 - not an error: the run goes on with
 
 
 def wait_on_provider(task: Task, worker: ProcessWorker, job: Job, waiting: RunSuspended | RunDetached,
-                     provider_waits: int, wait: int) -> NoReturn:
+                     provider_waits: int) -> NoReturn:
     """The countdown is capped by GROUNDED_RETRY_MAX_S, which the visibility timeout covers: a
     countdown held longer than that would be handed to a second worker. A delivery that comes back
     before its batch's next check waits again without running (`_unless_checked_lately`). The next
-    delivery carries the next number, so a stale copy of an older one stops (`stale_delivery`)."""
+    delivery carries its number (`provider_waits`), so a stale copy of an older one stops
+    (`stale_delivery`)."""
     assert worker.runtime.batching is not None
-    wait += 1
     retry = task.retry(countdown=min(waiting.delay_s, worker.settings.retry_max_s), max_retries=None,
                        exc=WaitingOnProvider(str(waiting)), throw=False,
-                       kwargs={**(task.request.kwargs or {}), "provider_waits": provider_waits + 1, "wait": wait},
+                       kwargs={**(task.request.kwargs or {}), "provider_waits": provider_waits + 1},
                        **task_labels(job))
-    worker.runtime.batching.store.scheduled(job, wait)
+    worker.runtime.batching.store.scheduled(job, provider_waits + 1)
     raise retry
 
 
-def stale_delivery(worker: ProcessWorker, job: Job, batch: Batch, wait: int) -> bool:
+def stale_delivery(worker: ProcessWorker, job: Job, batch: Batch, provider_waits: int) -> bool:
     """A batch-mode job's delivery that an older provider wait scheduled, superseded by a newer one."""
     batching = worker.runtime.batching
-    return batch.config.run.batch and batching is not None and batching.store.stale(job, wait)
+    return batch.config.run.batch and batching is not None and batching.store.stale(job, provider_waits)
 
 
 def run_batch_delivery(worker: ProcessWorker, job: Job, batch: Batch, attempts: int, started_at: datetime,
