@@ -17,7 +17,6 @@ from typing import Any, ClassVar, TypeVar, cast
 
 from pydantic import BaseModel, Field
 from pydantic_ai import (
-    DeferredToolRequests,
     FunctionToolset,
     ModelRetry,
     RunContext,
@@ -64,7 +63,7 @@ from .deps import host_state
 from .formatting import NO_RESULTS, merge_results
 from .ledger import CapabilityEvidenceRecord, EvidenceRef
 from .pictures import picture_content_for
-from .questions import question_identity, refuse_unrecorded_resumption, state_carried
+from .questions import paused, question_identity, refuse_unrecorded_resumption, state_carried
 from .store import Citation, CorpusStore, Document, RetrievedChunk
 from .tags import TagSigner
 
@@ -244,7 +243,7 @@ class EvidenceCapability(AbstractCapability[Any], ABC):
 
     async def after_run(self, ctx: RunContext[Any], *, result: AgentRunResult[Any]) -> AgentRunResult[Any]:
         """L6. A paused run has not finished its question; the next run resumes it."""
-        if not isinstance(result.output, DeferredToolRequests):
+        if not paused(result.output):
             self.run_state().evidence.end_question()
         self.sync()
         return result

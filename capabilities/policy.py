@@ -12,7 +12,7 @@ from dataclasses import KW_ONLY, dataclass, field
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
-from pydantic_ai import DeferredToolRequests, RunContext
+from pydantic_ai import RunContext
 from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.messages import (
     ModelMessage,
@@ -27,6 +27,7 @@ from pydantic_ai.run import AgentRunResult
 from .deps import host_state
 from .evidence import discover_evidence, question_in_progress
 from .ledger import CapabilityEvidenceRecord, citation_status
+from .questions import paused
 from .tags import TagSigner, is_our_redirect, redirect_tag
 
 POLICY_ID = "capabilities.citation-policy"
@@ -104,7 +105,10 @@ def already_asked(
 def ends_question(response: ModelResponse, output_tool_names: Collection[str]) -> bool:
     """P3. Nothing more reaches the model after such a response unless the policy adds it now.
     Text beside function calls does not end a run (F16), but an output-tool call does, and a
-    structured answer must not escape enforcement."""
+    structured answer must not escape enforcement. A response its provider is still working on (a
+    batch request, L16) has no content yet and ends nothing."""
+    if response.state == "suspended":
+        return False
     calls = [part for part in response.parts if isinstance(part, ToolCallPart)]
     return not calls or any(call.tool_name in output_tool_names for call in calls)
 
@@ -181,7 +185,7 @@ class CitationPolicyCapability(AbstractCapability[Any]):
         """P10. Endings `after_model_request` cannot see (a structured text answer beside calls
         under `end_strategy='early'`) and questions asked once that still ended undeclared are
         recorded here; a run that only pauses has not finished its question."""
-        if isinstance(result.output, DeferredToolRequests):
+        if paused(result.output):
             return result
         found = discover_evidence(ctx)
         q = question_in_progress(found)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from pydantic_ai import DeferredToolRequests
 from pydantic_ai.messages import (
     ModelMessage,
     ModelRequest,
@@ -19,6 +20,7 @@ from pydantic_ai.messages import (
     ToolCallPart,
     ToolReturnPart,
 )
+from pydantic_ai.output import PendingModelResponse
 
 from .ledger import CapabilityEvidenceRecord
 
@@ -34,15 +36,26 @@ def question_identity(messages: Sequence[ModelMessage], prompt: Any) -> int:
     return len(messages)
 
 
+def paused(output: Any) -> bool:
+    """L6. A run that ends waiting for deferred tool results, or for a response its provider is still
+    working on (a batch request, L16), has not finished its question: a later run resumes it."""
+    return isinstance(output, DeferredToolRequests | PendingModelResponse)
+
+
+def suspended(messages: Sequence[ModelMessage]) -> bool:
+    """L16. The history ends in a response the provider is still working on (`state='suspended'`)."""
+    return bool(messages) and isinstance(messages[-1], ModelResponse) and messages[-1].state == "suspended"
+
+
 def awaits_model(messages: Sequence[ModelMessage]) -> bool:
     """L14. True only when the history cannot be a finished question: its last response issued
-    tool calls, or its last request carries a retry. A plain tool return is ambiguous (it can be a
-    finished structured answer), so it does not count."""
+    tool calls or is still suspended at its provider (L16), or its last request carries a retry. A
+    plain tool return is ambiguous (it can be a finished structured answer), so it does not count."""
     if not messages:
         return False
     last = messages[-1]
     if isinstance(last, ModelResponse):
-        return any(isinstance(part, ToolCallPart) for part in last.parts)
+        return last.state == "suspended" or any(isinstance(part, ToolCallPart) for part in last.parts)
     return any(
         isinstance(part, RetryPromptPart) or (isinstance(part, ToolReturnPart) and part.outcome == "retried")
         for part in last.parts

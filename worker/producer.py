@@ -27,6 +27,7 @@ from worker.store.conversations import (
 )
 from worker.store.deletion import delete_batch
 from worker.store.keys import QUEUE
+from worker.store.provider_batches import ProviderBatchStore
 from worker.store.results import ResultsStore
 from worker.store.retention import longer_than_allowed
 from worker.tasks.celery_app import ANSWER_JOB, create_app
@@ -162,7 +163,13 @@ class Producer:
         return batch
 
     def cancel(self, batch_id: str) -> None:
+        """Jobs waiting on their provider (H17) are delivered again at once instead of at their next
+        check, so each abandons its request (cancelling provider batches nobody waits on) in seconds."""
         self.store.request_cancel(batch_id)
+        waiting = [job for job_id in ProviderBatchStore(self.store).waiting_jobs(batch_id)
+                   if (job := self.store.load_job(job_id)) is not None]
+        if waiting:
+            self._enqueue(waiting)
 
     def delete(self, batch_id: str, tenant: str) -> int:
         """H16: the batch and everything under it, now; raises NotFound for another tenant's. A running

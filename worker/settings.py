@@ -107,6 +107,14 @@ class Settings(BaseSettings):
     # MCP tools, OpenAI Batch lines (`body.model` names one), `grounded chat` (I1, worker.jobs.served)
     configs: Annotated[dict[str, Path], NoDecode] = Field(default_factory=dict)
     default_config: str | None = None  # the name used when a caller names none; unset: the only one served
+    # provider batch mode (run.batch, H17): one batching capability per worker process submits what its
+    # jobs queued after batch_max_wait_s (or at batch_max_requests); a waiting job is checked after
+    # batch_poll_s, then half again as long each time, up to batch_max_poll_s
+    batch_max_wait_s: float = Field(default=5.0, gt=0)
+    batch_max_requests: int = Field(default=50_000, ge=1)
+    batch_max_resubmissions: int = Field(default=2, ge=0)  # expired or transiently failed requests, sent again
+    batch_poll_s: float = Field(default=30.0, gt=0)
+    batch_max_poll_s: float = Field(default=600.0, gt=0)
 
     @field_validator("tag_keys", mode="before")
     @classmethod
@@ -162,6 +170,8 @@ class Settings(BaseSettings):
     def _limits(self) -> Settings:
         if self.task_hard_limit_s < self.task_soft_limit_s:
             raise ValueError("GROUNDED_TASK_HARD_LIMIT_S must not be below GROUNDED_TASK_SOFT_LIMIT_S")
+        if self.batch_max_poll_s < self.batch_poll_s:
+            raise ValueError("GROUNDED_BATCH_MAX_POLL_S must not be below GROUNDED_BATCH_POLL_S")
         return self
 
     @property

@@ -20,7 +20,7 @@ import re
 import threading
 import time
 from collections import Counter
-from typing import Any
+from typing import Any, Self
 
 import uvicorn
 from fastapi import FastAPI, Request
@@ -64,33 +64,40 @@ def _call(body: dict[str, Any], name: str, arguments: str, n: int) -> dict[str, 
     return _completion(body, message, "tool_calls")
 
 
-class FakeOpenAI:
+class LocalServer:
+    """A FastAPI app served on a free 127.0.0.1 port from a thread, for the fake model servers."""
+
     def __init__(self) -> None:
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}/v1"
-        self.requests: list[dict[str, Any]] = []
-        self.counts: Counter[str] = Counter()
-        self.lock = threading.Lock()
         self.app = FastAPI()
-        self.app.post("/v1/chat/completions")(self.chat)
-        self.app.post("/v1/embeddings")(self.embeddings)
-        self.embedding_dimensions = DIMENSIONS
-        self.embedding_requests: list[dict[str, Any]] = []
         self.server = uvicorn.Server(uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_level="warning"))
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 
-    def start(self) -> FakeOpenAI:
+    def start(self) -> Self:
         self.thread.start()
         deadline = time.monotonic() + 10
         while not self.server.started:
             if time.monotonic() > deadline:
-                raise RuntimeError("the fake OpenAI server did not start")
+                raise RuntimeError(f"{type(self).__name__} did not start")
             time.sleep(0.02)
         return self
 
     def stop(self) -> None:
         self.server.should_exit = True
         self.thread.join(timeout=5)
+
+
+class FakeOpenAI(LocalServer):
+    def __init__(self) -> None:
+        super().__init__()
+        self.requests: list[dict[str, Any]] = []
+        self.counts: Counter[str] = Counter()
+        self.lock = threading.Lock()
+        self.app.post("/v1/chat/completions")(self.chat)
+        self.app.post("/v1/embeddings")(self.embeddings)
+        self.embedding_dimensions = DIMENSIONS
+        self.embedding_requests: list[dict[str, Any]] = []
 
     def requests_for(self, marker: str) -> list[dict[str, Any]]:
         with self.lock:

@@ -70,10 +70,16 @@ def families(snapshot: Snapshot) -> list[Metric]:
     tokens = CounterMetricFamily("grounded_model_tokens", "Model tokens used by finished jobs.", labels=["direction"])
     for direction in DIRECTIONS:
         tokens.add_metric([direction], c.get(f"tokens:{direction}", 0.0))
+    waiting = GaugeMetricFamily(
+        "grounded_jobs_waiting_on_provider",
+        "Jobs whose model request sits in a provider batch (run.batch, H17); they hold no worker slot.",
+        value=snapshot.waiting_on_provider,
+    )
     return [
         depth,
         age,
         reserved,
+        waiting,
         finished,
         answers,
         CounterMetricFamily("grounded_redirects", "Citation-policy redirects that reached a history (V5).",
@@ -82,6 +88,11 @@ def families(snapshot: Snapshot) -> list[Metric]:
                             value=c.get("violations", 0.0)),
         CounterMetricFamily("grounded_model_requests", "Model requests made by finished jobs.",
                             value=c.get("model_requests", 0.0)),
+        CounterMetricFamily("grounded_provider_batches", "Provider batches that batch-mode jobs waited on (H17).",
+                            value=c.get("provider_batches", 0.0)),
+        CounterMetricFamily("grounded_provider_rounds",
+                            "Batch-mode rounds: a request submitted to a provider batch and waited on (H17).",
+                            value=c.get("provider_rounds", 0.0)),
         tokens,
         _histogram("grounded_model_request_duration_seconds",
                    "From a model request being prepared to its response arriving.", MODEL_REQUEST, c),

@@ -17,8 +17,9 @@ def follow_batch(store: ResultsStore, batch_id: str, console: Console, *, timeou
         task = bar.add_task("answering", total=None)
 
         def show(progress: BatchProgress) -> None:
+            waiting = f"{progress.waiting} waiting on the provider, " if progress.waiting else ""
             bar.update(task, total=progress.total, completed=progress.done + progress.cancelled,
-                       description=f"answering ({progress.running} running, {progress.failed} failed)")
+                       description=f"answering ({progress.running} running, {waiting}{progress.failed} failed)")
 
         return poll_until(lambda: store.progress_of(batch_id), lambda p: p.finished, timeout_s=timeout,
                           interval_s=interval_s, on_each=show)

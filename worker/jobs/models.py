@@ -13,11 +13,12 @@ from datetime import datetime
 from functools import cached_property
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_ai.agent.spec import AgentSpec
 
 from worker.settings import Settings
 
+from .batching import batch_refusal
 from .composition import Composition, CompositionError, read_composition
 from .problems import problem
 
@@ -37,6 +38,9 @@ class Endpoint(BaseModel):
 
     base_url: str
     api_key_env: str | None = None
+    # which OpenAI API the server speaks: Chat Completions (every compatible server) or Responses,
+    # which OpenAI's own Batch API needs (run.batch)
+    api: Literal["chat", "responses"] = "chat"
 
     @field_validator("base_url")
     @classmethod
@@ -62,6 +66,9 @@ class RunOptions(BaseModel):
     request_limit: int = Field(default=12, ge=1, le=500)  # model requests per run (pydantic-ai UsageLimits)
     timeout_s: float = Field(default=300, gt=0, le=86_400)  # one job's runs, all turns together
     retries: int = Field(default=3, ge=0, le=20)  # re-runs after transient model errors (H6)
+    # H17: model requests go through the provider's batch API (about half the price, results within
+    # 24 hours); the job frees its worker slot while the provider works, and resumes on any worker
+    batch: bool = False
 
 
 class JobConfig(BaseModel):
@@ -94,6 +101,14 @@ class JobConfig(BaseModel):
         except CompositionError as exc:
             raise ValueError(str(exc)) from None
         return agent
+
+    @model_validator(mode="after")
+    def _batch(self) -> JobConfig:
+        refusal = batch_refusal(self.model, endpoint_api=self.endpoint.api if self.endpoint else None) \
+            if self.run.batch else None
+        if refusal:
+            raise ValueError(refusal)
+        return self
 
     @property
     def model(self) -> str:
@@ -226,3 +241,11 @@ class JobResult(BaseModel):
     attempts: int = 1
     started_at: datetime
     finished_at: datetime
+    # H17: how the model was reached ("live", or "batch" through the provider's batch API), the
+    # provider batches the job's requests went through, its provider round trips, its usage, and
+    # what it cost by genai-prices (batch prices for batch results; None when a price is unknown)
+    processing: Literal["live", "batch"] = "live"
+    provider_batches: list[str] = Field(default_factory=list)
+    rounds: int = 0
+    usage: Usage = Usage()
+    cost_usd: float | None = None

@@ -21,6 +21,7 @@ from pydantic_ai.models import (
     StreamedResponse,
     infer_model,
 )
+from pydantic_ai.models.batch import BatchRequest, EncodedBatchRequest
 from pydantic_ai.models.wrapper import WrapperModel
 from pydantic_ai.settings import ModelSettings
 
@@ -32,7 +33,7 @@ from .extractive import EXTRACTIVE, ExtractiveModel
 
 def _endpoint_model(config: JobConfig) -> Model:
     from openai import AsyncOpenAI
-    from pydantic_ai.models.openai import OpenAIChatModel
+    from pydantic_ai.models.openai import OpenAIChatModel, OpenAIResponsesModel
     from pydantic_ai.providers.openai import OpenAIProvider
 
     endpoint = config.endpoint
@@ -48,7 +49,10 @@ def _endpoint_model(config: JobConfig) -> Model:
     # max_retries=0: the job's retry policy (H6) is the one place transient errors are retried, so a
     # 429 is retried with its Retry-After and counted in the result's `attempts`.
     client = AsyncOpenAI(base_url=endpoint.base_url, api_key=api_key, max_retries=0)
-    return OpenAIChatModel(config.model, provider=OpenAIProvider(openai_client=client))
+    provider = OpenAIProvider(openai_client=client)
+    if endpoint.api == "responses":  # what OpenAI's Batch API runs (H17); chat is what every server speaks
+        return OpenAIResponsesModel(config.model, provider=provider)
+    return OpenAIChatModel(config.model, provider=provider)
 
 
 def build_model(config: JobConfig, *, allowlist: Sequence[str] | None = None) -> Model:
@@ -104,6 +108,11 @@ class WireRecorder(WrapperModel):
     ) -> ModelResponse:
         self.sink.append(list(messages))
         return await self.wrapped.request(messages, model_settings, model_request_parameters)
+
+    async def batch_encode(self, request: BatchRequest) -> EncodedBatchRequest:
+        """In batch mode (H17) a request reaches the model through its batch API instead."""
+        self.sink.append(list(request.messages))
+        return await self.wrapped.batch_encode(request)
 
     @asynccontextmanager
     async def request_stream(

@@ -35,13 +35,17 @@ class ProcessLoop:
         self._lock = threading.Lock()
         self.handing_back = False
 
+    def submit(self, make: Callable[[], Coroutine[Any, Any, T]]) -> concurrent.futures.Future[T]:
+        """Starts the coroutine on the loop without waiting for it; context variables travel with it."""
+        return asyncio.run_coroutine_threadsafe(make(), self.loop)
+
     def run(self, make: Callable[[], Coroutine[Any, Any, T]], *, timeout: float) -> T:
         """Runs the coroutine on the loop and waits for it. Context variables (the job's log
         bindings) travel with it; on timeout the run is cancelled, so it commits nothing (H4)."""
         with self._lock:
             if self.handing_back:
                 raise RunHandedBack("the worker is stopping; the job goes back to the queue")
-            future = asyncio.run_coroutine_threadsafe(make(), self.loop)
+            future = self.submit(make)
             self._running.add(future)
         try:
             return future.result(timeout)

@@ -29,12 +29,14 @@ from pydantic_ai.messages import ModelMessage
 from pydantic_ai.usage import UsageLimits
 
 from capabilities import Deps, TagSigner
-from worker.jobs.allowlist import model_label
+from worker.jobs.allowlist import ModelUnavailable, model_label
 from worker.jobs.models import Batch, Job, JobError, JobResult, TurnResult, Usage
 from worker.redaction import scrub
+from worker.store.provider_batches import RoundSuperseded
 
 from .agents import AgentCache, BuiltAgent
 from .llms import NO_SDK_RETRIES, ModelCache, WireRecorder
+from .provider_batches import ProviderBatching, RunSuspended, batch_report, run_batched_turn
 from .turns import summarize_turn
 
 _TRANSIENT = (ModelRateLimitError, ModelUnavailableError, ModelServerError, ModelConnectionError, ModelRequestTimeout)
@@ -80,11 +82,13 @@ async def commit_nothing(checkpoint: Checkpoint) -> None:
 
 @dataclass
 class Runtime:
-    """What one worker process lends every run: cached agents and models, and its signer."""
+    """What one worker process lends every run: cached agents and models, its signer, and the
+    provider batching its batch-mode jobs share (H17; None where nothing is batched)."""
 
     agents: AgentCache
     models: ModelCache
     signer: TagSigner
+    batching: ProviderBatching | None = None
 
 
 def _now() -> datetime:
@@ -167,6 +171,7 @@ def failed_result(
         attempts=attempts,
         started_at=started_at,
         finished_at=_now(),
+        **batch_report(batch.config.run.batch, checkpoint.turns),
     )
 
 
@@ -194,17 +199,23 @@ async def run_job(
             built = runtime.agents.get(config, job.kind, tenant=batch.tenant)
             model = runtime.models.get(config)
             for prompt in job.prompts()[len(checkpoint.turns) :]:
-                answered = await run_turn(
-                    built,
-                    model,
-                    prompt=prompt,
-                    checkpoint=checkpoint,
-                    conversation_id=conversation_id,
-                    request_limit=config.run.request_limit,
-                    signer=runtime.signer,
-                )
+                if config.run.batch:
+                    answered = await _batched_turn(job, built, model, runtime, prompt, checkpoint, conversation_id,
+                                                   config.run.request_limit)
+                else:
+                    answered = await run_turn(
+                        built,
+                        model,
+                        prompt=prompt,
+                        checkpoint=checkpoint,
+                        conversation_id=conversation_id,
+                        request_limit=config.run.request_limit,
+                        signer=runtime.signer,
+                    )
                 await commit(answered)
                 checkpoint = answered  # a result reports only what was committed
+    except (RunSuspended, RoundSuperseded):
+        raise  # H17: not outcomes; the job waits on its provider, or another delivery carries it on
     except ModelAPIError as exc:
         if is_transient(exc):
             raise TransientModelError(exc, checkpoint) from exc
@@ -237,4 +248,16 @@ async def run_job(
         attempts=attempts,
         started_at=started_at,
         finished_at=_now(),
+        **batch_report(config.run.batch, checkpoint.turns),
     )
+
+
+async def _batched_turn(job: Job, built: BuiltAgent, model: Any, runtime: Runtime, prompt: str,
+                        checkpoint: Checkpoint, conversation_id: str, request_limit: int) -> Checkpoint:
+    if runtime.batching is None:
+        raise ModelUnavailable("run.batch: this worker was started without provider batching")
+    messages, state, turn = await run_batched_turn(
+        built, model, runtime.batching, job=job, turn=len(checkpoint.turns), prompt=prompt,
+        messages=list(checkpoint.messages), state=checkpoint.state, conversation_id=conversation_id,
+        request_limit=request_limit, signer=runtime.signer)
+    return Checkpoint(messages=messages, state=state, turns=(*checkpoint.turns, turn))

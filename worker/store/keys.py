@@ -29,3 +29,13 @@ UNACKED_KEY = "unacked"  # kombu's hash of delivered, unacknowledged messages (u
 UNACKED_INDEX_KEY = "unacked_index"  # kombu's sorted set: delivery tag -> last renewal of its lease (H14)
 UNACKED_MUTEX_KEY = "unacked_mutex"  # kombu's lock around one sweep for expired leases
 QUEUE = "jobs"  # the Celery queue; its Redis list is KEY_PREFIX + "jobs" (what KEDA's list scaler watches)
+# provider batch mode (H17, store/provider_batches.py)
+JOB_PENDING_KEY = "job:{job_id}:pending"  # hash: a suspended question's round (data) and its version
+JOB_CHAIN_KEY = "job:{job_id}:chain"  # the newest provider wait's number: older deliveries are stale copies
+JOB_DETACHED_KEY = "job:{job_id}:detached"  # a lease: the job's run waits in a worker's loop for its submission
+BATCH_WAITING_KEY = "batch:{batch_id}:waiting"  # job ids waiting on their provider (not holding a slot)
+BATCH_PROVIDER_BATCHES_KEY = "batch:{batch_id}:provider_batches"  # provider batch ids its jobs waited on
+PROVIDER_BATCH_KEY = "provider_batch:{provider_batch_id}"  # hash: the handle (to cancel it), cancelled flag
+PROVIDER_BATCH_JOBS_KEY = "provider_batch:{provider_batch_id}:jobs"  # jobs that waited on it
+PROVIDER_BATCH_ABANDONED_KEY = "provider_batch:{provider_batch_id}:abandoned"  # its requests nobody will collect
+PROVIDER_WAITING_KEY = "provider_waiting"  # every job waiting on a provider: the /metrics gauge

@@ -19,7 +19,7 @@ from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse
 
 from worker.jobs.models import CitationStatus, Job, JobKind, JobResult
 
-from .keys import METRICS_KEY, UNACKED_KEY
+from .keys import METRICS_KEY, PROVIDER_WAITING_KEY, UNACKED_KEY
 from .results import ResultsStore
 
 FINISHED = ("succeeded", "failed", "cancelled")
@@ -179,6 +179,7 @@ class Snapshot:
     queues: dict[str, QueueState]
     reserved: int
     counters: dict[str, float] = field(default_factory=dict)
+    waiting_on_provider: int = 0  # H17: jobs whose request sits in a provider batch
 
 
 def _submitted_at(store: ResultsStore, raw: bytes) -> float | None:
@@ -211,4 +212,5 @@ def read_snapshot(store: ResultsStore, queues: Iterable[str], now: float) -> Sna
         queues={queue: read_queue(store, queue, now) for queue in queues},
         reserved=int(store.redis.hlen(store.key(UNACKED_KEY))),
         counters={k.decode(): float(v) for k, v in raw.items()},
+        waiting_on_provider=int(store.redis.scard(store.key(PROVIDER_WAITING_KEY))),
     )

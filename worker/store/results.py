@@ -32,6 +32,7 @@ from .keys import (
     BATCH_KEY,
     BATCH_RUNNING_KEY,
     BATCH_SUCCEEDED_KEY,
+    BATCH_WAITING_KEY,
     JOB_ATTEMPTS_KEY,
     JOB_HANDBACKS_KEY,
     JOB_KEY,
@@ -45,10 +46,10 @@ EVENTS_MAXLEN = 100_000
 BATCH_FINISH_KEYS = 9  # the finishing script's keys that belong to the batch; the 10th is the metrics hash
 _COMPRESSED = b"z:"
 # a stream holds only strings; these event fields are numbers to whoever reads them (the API's JSON)
-EVENT_NUMBERS: dict[str, type[int] | type[float]] = {"total": int, "delay_s": float}
+EVENT_NUMBERS: dict[str, type[int] | type[float]] = {"total": int, "delay_s": float, "round": int}
 EventValue = str | int | float
 
-JobState = Literal["queued", "running", "succeeded", "failed", "cancelled"]
+JobState = Literal["queued", "running", "waiting", "succeeded", "failed", "cancelled"]  # waiting: on its provider (H17)
 
 # Finishing a job: the result, its sets and its events move together, and the events fire only for
 # the first write (SADD returns 1), so a redelivered job is counted once.
@@ -122,6 +123,7 @@ class BatchProgress:
     finished: bool
     created_at: datetime
     arm: str | None = None
+    waiting: int = 0  # H17: jobs waiting on their provider's batch, holding no worker slot
 
     @property
     def done(self) -> int:
@@ -133,7 +135,7 @@ class BatchProgress:
             return "cancelled" if self.cancel_requested else "completed"
         if self.cancel_requested:
             return "cancelling"
-        return "running" if self.running or self.done or self.cancelled else "queued"
+        return "running" if self.running or self.waiting or self.done or self.cancelled else "queued"
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -145,6 +147,7 @@ class BatchProgress:
                 "total": self.total,
                 "queued": self.queued,
                 "running": self.running,
+                "waiting": self.waiting,
                 "succeeded": self.succeeded,
                 "failed": self.failed,
                 "cancelled": self.cancelled,
@@ -349,12 +352,13 @@ class ResultsStore:
                 pipe.scard(self.key(template, **b))
             pipe.exists(self.key(BATCH_CANCEL_KEY, **b))
             pipe.exists(self.key(BATCH_FINISHED_KEY, **b))
-            succeeded, failed, running, cancelled, cancel, finished = pipe.execute()
+            pipe.scard(self.key(BATCH_WAITING_KEY, **b))
+            succeeded, failed, running, cancelled, cancel, finished, waiting = pipe.execute()
         return BatchProgress(
             batch_id=batch.id, tenant=batch.tenant, total=batch.total, arm=batch.arm, created_at=batch.created_at,
-            queued=max(0, batch.total - succeeded - failed - running - cancelled), running=running,
+            queued=max(0, batch.total - succeeded - failed - running - cancelled - waiting), running=running,
             succeeded=succeeded, failed=failed, cancelled=cancelled, cancel_requested=bool(cancel),
-            finished=bool(finished),
+            finished=bool(finished), waiting=waiting,
         )
 
     def progress_of(self, batch_id: str) -> BatchProgress:
@@ -379,14 +383,17 @@ class ResultsStore:
             pipe.sismember(self.key(BATCH_FAILED_KEY, **b), job.id)
             pipe.sismember(self.key(BATCH_CANCELLED_JOBS_KEY, **b), job.id)
             pipe.sismember(self.key(BATCH_RUNNING_KEY, **b), job.id)
-            succeeded, failed, cancelled, running = pipe.execute()
+            pipe.sismember(self.key(BATCH_WAITING_KEY, **b), job.id)
+            succeeded, failed, cancelled, running, waiting = pipe.execute()
         if succeeded:
             return "succeeded"
         if failed:
             return "failed"
         if cancelled:
             return "cancelled"
-        return "running" if running else "queued"
+        if running:
+            return "running"
+        return "waiting" if waiting else "queued"
 
     def load_result_raw(self, job_id: str) -> bytes | None:
         data = self.redis.get(self.key(RESULT_KEY, job_id=job_id))

@@ -5,8 +5,10 @@ runs are submitted to."""
 from __future__ import annotations
 
 import random
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from worker.jobs.models import Batch, Job, JobResult
 from worker.runtime.agents import AgentCache
@@ -14,9 +16,11 @@ from worker.runtime.conversations import run_conversation_job
 from worker.runtime.embedders import EmbedderCache
 from worker.runtime.llms import ModelCache
 from worker.runtime.loop import PerProcess, process_loop
+from worker.runtime.provider_batches import ProviderBatching
 from worker.runtime.run import Commit, Runtime, run_job
 from worker.settings import Settings, get_settings
 from worker.store.conversations import ConversationStore
+from worker.store.provider_batches import ProviderBatchStore
 from worker.store.results import ResultsStore
 
 LOOP_GRACE_S = 30  # the run cancels itself at its timeout; this outer wait only catches a stuck loop
@@ -56,6 +60,7 @@ def _make_process_worker() -> ProcessWorker:
                           embedders=EmbedderCache.from_settings(settings), tenant_corpora=settings.tenant_corpora),
         models=ModelCache(allowlist=settings.model_allowlist, endpoint_key_bindings=settings.endpoint_key_bindings),
         signer=signer,
+        batching=ProviderBatching.from_settings(settings, ProviderBatchStore(store)),  # H17: one per process
     )
     return ProcessWorker(settings, store, runtime)
 
@@ -78,20 +83,23 @@ def retry_delay(retries: int, retry_after: float | None, settings: Settings) -> 
     return min(delay * random.uniform(0.8, 1.2), settings.retry_max_s)
 
 
+def job_run(worker: ProcessWorker, job: Job, batch: Batch, attempts: int, started_at: datetime,
+            commit: Commit) -> tuple[Callable[[], Coroutine[Any, Any, JobResult]], float]:
+    """The job's runs as a coroutine factory for the process loop, and how long they may take."""
+    timeout_s = min(batch.config.run.timeout_s, worker.settings.task_soft_limit_s)
+    if job.kind != "question":
+        conversations = ConversationStore(worker.store)
+        return (lambda: run_conversation_job(job, batch, worker.runtime, conversations, attempts=attempts,
+                                             started_at=started_at, timeout_s=timeout_s, progress=commit),
+                timeout_s)
+    return (lambda: run_job(job, batch, worker.runtime, attempts=attempts, started_at=started_at,
+                            timeout_s=timeout_s, commit=commit),
+            timeout_s)
+
+
 def run_in_process_loop(worker: ProcessWorker, job: Job, batch: Batch, attempts: int, started_at: datetime,
                         commit: Commit) -> JobResult:
     """Runs the job on this process's event loop and waits for it: one loop per process
     (docs/design/architecture.md, "Queue")."""
-    timeout_s = min(batch.config.run.timeout_s, worker.settings.task_soft_limit_s)
-    if job.kind != "question":
-        conversations = ConversationStore(worker.store)
-        return process_loop().run(
-            lambda: run_conversation_job(job, batch, worker.runtime, conversations, attempts=attempts,
-                                         started_at=started_at, timeout_s=timeout_s, progress=commit),
-            timeout=timeout_s + LOOP_GRACE_S,
-        )
-    return process_loop().run(
-        lambda: run_job(job, batch, worker.runtime, attempts=attempts, started_at=started_at, timeout_s=timeout_s,
-                        commit=commit),
-        timeout=timeout_s + LOOP_GRACE_S,
-    )
+    make, timeout_s = job_run(worker, job, batch, attempts, started_at, commit)
+    return process_loop().run(make, timeout=timeout_s + LOOP_GRACE_S)
