@@ -258,9 +258,9 @@ def test_H17e_two_hundred_questions_on_two_worker_processes(batch_cluster) -> No
 
 @pytest.mark.slow
 def test_H17f_a_worker_killed_while_its_jobs_wait_loses_nothing_and_submits_nothing_twice(batch_cluster) -> None:
-    # a dead worker's countdowns come back after the visibility timeout: 12 + 2 + 1 s here
+    # a dead worker's countdowns come back when their leases expire (H14): about 10 + 1 s here
     cluster = batch_cluster(delay_s="4", GROUNDED_TASK_SOFT_LIMIT_S="10", GROUNDED_TASK_HARD_LIMIT_S="12",
-                            GROUNDED_RETRY_MAX_S="2", GROUNDED_BATCH_MAX_POLL_S="2", GROUNDED_REDELIVERY_MARGIN_S="1",
+                            GROUNDED_RETRY_MAX_S="2", GROUNDED_BATCH_MAX_POLL_S="2",
                             GROUNDED_UNACKED_RESTORE_INTERVAL_S="1")
     doomed = cluster.start()
     n = 30
