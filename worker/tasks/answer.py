@@ -85,7 +85,7 @@ def _answer(task: Task, worker: ProcessWorker, job: Job, batch: Batch, lock_wait
     attempts, handed_back = worker.store.begin_attempt(job)
     bind_attempt(attempts)
     started_at = datetime.now(UTC)
-    lost = worker_losses(attempts, retries + provider_waits, handed_back)
+    lost = worker_losses(attempts, task.request.retries - lock_waits, handed_back)  # provider waits started runs
     try:
         if lost >= worker.settings.max_worker_losses:
             raise WorkerLost(lost)

@@ -54,8 +54,8 @@ class RunDetached(Exception):  # noqa: N818 - not an error: the run goes on with
 
 def wait_on_provider(task: Task, worker: ProcessWorker, job: Job, waiting: RunSuspended | RunDetached,
                      provider_waits: int) -> NoReturn:
-    """The countdown is capped by GROUNDED_RETRY_MAX_S, which the visibility timeout covers: a
-    countdown held longer than that would be handed to a second worker. A delivery that comes back
+    """The countdown is capped by GROUNDED_RETRY_MAX_S, like a retry's; the worker holding it renews
+    its lease (H14), so no second worker takes it meanwhile. A delivery that comes back
     before its batch's next check waits again without running (`_unless_checked_lately`). The next
     delivery carries its number (`provider_waits`), so a stale copy of an older one stops
     (`stale_delivery`)."""
