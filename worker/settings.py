@@ -91,6 +91,9 @@ class Settings(BaseSettings):
     # kombu sweeps for expired leases every interval * throttle seconds
     unacked_restore_interval_s: int = Field(default=2, ge=1)
     unacked_restore_throttle: int = Field(default=1, ge=1)
+    # H18: how often one worker of the fleet looks for jobs whose message the broker lost (taken
+    # from the queue but never recorded as delivered); such a job is re-sent after two sweeps
+    orphan_sweep_s: float = Field(default=30.0, gt=0)
     # H15: on SIGTERM a worker takes no new jobs and lets running ones finish for this long, then
     # hands the rest back to the queue (worker/tasks/shutdown.py); keep it well under the pod's grace
     soft_shutdown_s: float = Field(default=60.0, ge=0)

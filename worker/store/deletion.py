@@ -14,6 +14,7 @@ from worker.jobs.models import Job
 
 from .files import FileView, view_file_id
 from .keys import (
+    ACTIVE_BATCHES_KEY,
     BATCH_CANCEL_KEY,
     BATCH_CANCELLED_JOBS_KEY,
     BATCH_DONE_KEY,
@@ -71,5 +72,6 @@ def delete_batch(store: ResultsStore, batch_id: str, tenant: str) -> int:
             pipe.delete(*keys[start : start + CHUNK])
         pipe.zrem(store.key(TENANT_BATCHES_KEY, tenant=tenant), batch_id)
         pipe.zrem(store.key(TENANT_OPENAI_BATCHES_KEY, tenant=tenant), batch_id)
-        *removed, _, _ = pipe.execute()
+        pipe.srem(store.key(ACTIVE_BATCHES_KEY), batch_id)
+        *removed, _, _, _ = pipe.execute()
     return sum(removed)

@@ -28,6 +28,9 @@ METRICS_KEY = "metrics"  # one hash: counters and histogram buckets (store/metri
 UNACKED_KEY = "unacked"  # kombu's hash of delivered, unacknowledged messages (under global_keyprefix)
 UNACKED_INDEX_KEY = "unacked_index"  # kombu's sorted set: delivery tag -> last renewal of its lease (H14)
 UNACKED_MUTEX_KEY = "unacked_mutex"  # kombu's lock around one sweep for expired leases
+ACTIVE_BATCHES_KEY = "active_batches"  # batches not yet finished: where a lost message is looked for (H18)
+ORPHANS_KEY = "orphans"  # hash: job id -> when it was first seen with no message anywhere (store/orphans.py)
+ORPHAN_SWEEP_CLAIM_KEY = "orphans:claim"  # one worker sweeps for lost messages per interval
 QUEUE = "jobs"  # the Celery queue; its Redis list is KEY_PREFIX + "jobs" (what KEDA's list scaler watches)
 # provider batch mode (H17, store/provider_batches.py)
 JOB_PENDING_KEY = "job:{job_id}:pending"  # hash: a suspended question's round (data) and its version

@@ -22,6 +22,7 @@ from worker.settings import DAY_S, DEFAULT_RETENTION_DAYS
 
 from . import retention
 from .keys import (
+    ACTIVE_BATCHES_KEY,
     BATCH_CANCEL_KEY,
     BATCH_CANCELLED_JOBS_KEY,
     BATCH_DONE_KEY,
@@ -218,6 +219,7 @@ class ResultsStore:
                 pipe.mset({self.key(JOB_KEY, job_id=j.id): j.model_dump_json() for j in chunk})
                 self.retain(pipe, batch.id, *[self.key(JOB_KEY, job_id=j.id) for j in chunk])
             pipe.zadd(self.key(TENANT_BATCHES_KEY, tenant=tenant), {batch.id: batch.created_at.timestamp()})
+            pipe.sadd(self.key(ACTIVE_BATCHES_KEY), batch.id)  # H18: left when the batch finishes or goes
             self.retain(pipe, batch.id, self.key(TENANT_BATCHES_KEY, tenant=tenant), extend=True, drop=False)
             self._event(pipe, batch.id, "batch_submitted", total=str(batch.total))
             self.retain(pipe, batch.id, self.key(BATCH_JOBS_KEY, batch_id=batch.id),

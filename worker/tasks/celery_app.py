@@ -15,8 +15,10 @@ from worker.settings import Settings, get_settings
 from worker.store.keys import QUEUE
 
 from .leases import LeaseRenewal
+from .names import ANSWER_JOB
+from .orphans import LostJobSweep
 
-ANSWER_JOB = "grounded.answer_job"
+__all__ = ["ANSWER_JOB", "create_app"]
 UNACKED_MUTEX_EXPIRE_S = 5
 TASK_MODULES = ["worker.tasks.answer"]
 
@@ -84,5 +86,6 @@ def create_app(settings: Settings) -> Celery:
     )
     app.steps["worker"].add(RequireTagKeys)
     app.steps["consumer"].add(LeaseRenewal)
+    app.steps["consumer"].add(LostJobSweep)
     return app
 

@@ -27,9 +27,8 @@ import structlog
 from celery import bootsteps
 from celery.worker import state as worker_state
 
-from worker.settings import get_settings
+from worker.settings import Settings, get_settings
 from worker.store.keys import UNACKED_INDEX_KEY
-from worker.store.outages import REDIS_UNAVAILABLE
 
 log = structlog.get_logger()
 
@@ -99,35 +98,55 @@ def held_delivery_tags() -> list[str]:
     return [str(tag) for tag in tags if tag is not None]
 
 
-class LeaseRenewal(bootsteps.StartStopStep):
-    """A consumer bootstep: a daemon thread renews this process's leases for as long as the process
-    lives. It is replaced when the consumer restarts (a broker reconnection), and it is not stopped
-    with the consumer, because a warm shutdown stops consuming first and then lets the running jobs
-    finish: their leases must outlive the consumer."""
+class PeriodicConsumerStep(bootsteps.StartStopStep):
+    """A consumer bootstep running `tick` on a daemon thread every `interval_s` for as long as the
+    process lives. It is replaced when the consumer restarts (a broker reconnection), and it is not
+    stopped with the consumer, because a warm shutdown stops consuming first and then lets the
+    running jobs finish: what the thread keeps alive must outlive the consumer."""
 
     requires = ("celery.worker.consumer.tasks:Tasks",)
+    thread_name = "grounded-periodic"
+    failure_event = "periodic_step_failed"
 
     def __init__(self, parent: Any, **kwargs: Any) -> None:
         super().__init__(parent, **kwargs)
         self._stop: threading.Event | None = None
+
+    def interval_s(self, settings: Settings) -> float:
+        raise NotImplementedError
+
+    def tick(self, consumer: Any, client: redis.Redis, settings: Settings) -> None:
+        raise NotImplementedError
 
     def start(self, parent: Any) -> None:
         if self._stop is not None:
             self._stop.set()
         settings = get_settings()
         client = redis.Redis.from_url(settings.redis_url, socket_timeout=5, socket_connect_timeout=5)
-        index_key = settings.key_prefix + UNACKED_INDEX_KEY
-        interval = renewal_interval_s(settings.lease_s)
+        interval = self.interval_s(settings)
         stop = self._stop = threading.Event()
 
-        def renew_until_stopped() -> None:
+        def tick_until_stopped() -> None:
             while not stop.wait(interval):
                 try:
-                    renew_leases(client, index_key, held_delivery_tags(), time.time())
-                    renew_held_locks(settings.lease_s)
-                except REDIS_UNAVAILABLE as exc:  # the leases last a few more renewals; retry
-                    log.warning("lease_renewal_failed", error=f"{type(exc).__name__}: {exc}")
+                    self.tick(parent, client, settings)
+                except Exception as exc:  # noqa: BLE001 - a dead thread would stop for good; the next tick retries
+                    log.warning(self.failure_event, error=f"{type(exc).__name__}: {exc}")
             client.close()
 
-        threading.Thread(target=renew_until_stopped, name="grounded-lease-renewal", daemon=True).start()
+        threading.Thread(target=tick_until_stopped, name=self.thread_name, daemon=True).start()
 
+
+class LeaseRenewal(PeriodicConsumerStep):
+    """Renews this process's leases; one that fails is retried next tick, and the leases last a
+    few more renewals meanwhile."""
+
+    thread_name = "grounded-lease-renewal"
+    failure_event = "lease_renewal_failed"
+
+    def interval_s(self, settings: Settings) -> float:
+        return renewal_interval_s(settings.lease_s)
+
+    def tick(self, consumer: Any, client: redis.Redis, settings: Settings) -> None:
+        renew_leases(client, settings.key_prefix + UNACKED_INDEX_KEY, held_delivery_tags(), time.time())
+        renew_held_locks(settings.lease_s)
