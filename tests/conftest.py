@@ -21,6 +21,11 @@ import redis
 if TYPE_CHECKING:
     from worker.tasks.worker_process import WorkerProcess
 
+# pytest-xdist's workers run with COLUMNS=80, which the CLI's rich consoles would fix as their width
+# when first imported; tests set the width they mean where it matters (a subprocess's env, monkeypatch)
+for _variable in ("COLUMNS", "LINES"):
+    os.environ.pop(_variable, None)
+
 REPO = Path(__file__).resolve().parent.parent
 TEST_TAG_KEY = "test-tag-key"
 
@@ -138,3 +143,36 @@ def worker_process(tmp_path: Path) -> Iterator[Callable[..., WorkerProcess]]:
     yield start
     for worker in started:
         worker.stop()
+
+
+def whereabouts(space: RedisSpace, batch_id: str) -> str:
+    """Where each unfinished job of a batch is, for a test that timed out waiting: its copies on
+    the queue, its unacknowledged deliveries (with their lease ages) and its provider-wait keys."""
+    import time as _time
+
+    import redis as _redis
+
+    client = _redis.Redis.from_url(space.url)
+    store = space.store()
+    done = {member.decode() for member in client.smembers(f"{space.prefix}batch:{batch_id}:done")}
+    queued = [key for key in client.scan_iter(match=f"{space.prefix}jobs*") if client.type(key) == b"list"]
+    payloads = {key.decode(): [m.decode(errors="replace") for m in client.lrange(key, 0, -1)] for key in queued}
+    unacked = {tag.decode(): body.decode(errors="replace")
+               for tag, body in client.hgetall(f"{space.prefix}unacked").items()}
+    scores = {tag.decode(): score for tag, score in
+              client.zrange(f"{space.prefix}unacked_index", 0, -1, withscores=True)}
+    now = _time.time()
+    lines = []
+    for job_id in store.job_ids(batch_id):
+        if job_id in done:
+            continue
+        on_queue = {key: sum(job_id in m for m in messages) for key, messages in payloads.items()}
+        held = {tag: round(now - scores[tag], 1) if tag in scores else None
+                for tag, body in unacked.items() if job_id in body}
+        keys = {key.decode().removeprefix(space.prefix): client.type(key).decode()
+                for key in client.scan_iter(match=f"{space.prefix}job:{job_id}*")}
+        chain = client.get(f"{space.prefix}job:{job_id}:chain")
+        lines.append(f"{job_id}: on queue {on_queue}, unacked (tag: lease age s) {held}, "
+                     f"chain {chain!r}, keys {sorted(keys)}")
+    client.close()
+    return "\n".join(lines) or "every job has a result"

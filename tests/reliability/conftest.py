@@ -31,6 +31,7 @@ from tests.conftest import (
     RedisSpace,
     ingested_data_dir,
     new_space,
+    whereabouts,
     worker_env,
 )
 from tests.reliability.faulty_openai import FaultyOpenAI
@@ -162,7 +163,8 @@ class Fleet:
                 return progress
             if time.monotonic() > deadline:
                 logs = "\n".join(w.output()[-2000:] for w in self.workers[-2:])
-                raise AssertionError(f"batch {batch_id} not finished: {progress}\n{logs}")
+                raise AssertionError(f"batch {batch_id} not finished: {progress}\n"
+                                     f"{whereabouts(self.space, batch_id)}\n{logs}")
             time.sleep(0.2)
 
     def close(self) -> None:

@@ -14,6 +14,7 @@ from typing import Any
 import httpx2
 import pytest
 
+from tests.conftest import whereabouts
 from tests.reliability.conftest import OwnedRedis, endpoint_config, owned_space
 from tests.worker.conftest import serve, settings_for
 from worker.api.app import create_api
@@ -63,7 +64,12 @@ def test_redis_killed_and_restarted_mid_batch_loses_nothing_and_everyone_reconne
             assert time.monotonic() < deadline
             time.sleep(0.2)
         second = client.submit(lines(4, "after"), config)
-        finals = [client.wait(batch["id"], timeout=120, poll=0.3) for batch in (first, second)]
+        try:
+            finals = [client.wait(batch["id"], timeout=120, poll=0.3) for batch in (first, second)]
+        except TimeoutError as exc:
+            logs = "\n".join(f"{w.name}:\n{w.output()[-4000:]}" for w in workers)
+            raise AssertionError(f"{exc}\n{whereabouts(space, first['id'])}\n"
+                                 f"{whereabouts(space, second['id'])}\n{logs}") from None
 
         assert [f["counts"]["succeeded"] for f in finals] == [12, 4]
         assert all(f["counts"]["failed"] == 0 and f["state"] == "completed" for f in finals)

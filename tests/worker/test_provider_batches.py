@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from pydantic_ai.messages import ModelResponse
 
-from tests.conftest import RedisSpace, worker_env
+from tests.conftest import RedisSpace, whereabouts, worker_env
 from tests.worker.conftest import FAKE_KEY, FAKE_KEY_ENV, PASSAGES, POLICY, question_config, settings_for
 from tests.worker.fake_openai_batches import FAKE_ANSWER, FakeOpenAIBatches
 from worker.producer import Producer
@@ -95,7 +95,8 @@ class BatchCluster:
                 return seen
             time.sleep(0.05)
         logs = "\n".join(w.output()[-3000:] for w in self.workers)
-        raise AssertionError(f"batch {batch_id} not done in {timeout:g} s: {seen[-1]}\n{logs}")
+        raise AssertionError(f"batch {batch_id} not done in {timeout:g} s: {seen[-1]}\n"
+                             f"{whereabouts(self.space, batch_id)}\n{logs}")
 
     def close(self) -> None:
         for worker in self.workers:
