@@ -22,7 +22,7 @@ lint: venv
 	$(BIN)/mypy
 
 test: lint
-	$(BIN)/python -m pytest -q -m "not slow"
+	$(BIN)/python -m pytest -q -m "not slow" --numprocesses=auto --maxprocesses=4
 
 test-slow: venv
 	$(BIN)/python -m pytest -q -m slow

@@ -28,7 +28,7 @@ from worker.jobs.models import JobResult
 pytestmark = pytest.mark.slow
 
 THREAD_MAIN_KILLS = 6
-PREFORK_CHILD_KILLS = 12
+PREFORK_CHILD_KILLS = 6
 PREFORK_MAIN_KILLS = 2
 
 
@@ -76,7 +76,7 @@ def test_thread_workers_killed_mid_job_lose_and_double_count_nothing(redis_space
 def test_prefork_children_killed_mid_job_are_requeued_and_counted_once(redis_space, fleet_for, faulty_openai) -> None:
     fleet = fleet_for(redis_space)
     worker = fleet.start(pool="prefork", concurrency=3)
-    lines = delayed_lines(30, "child")
+    lines = delayed_lines(20, "child")
     batch_id = fleet.submit(lines, endpoint_config(faulty_openai))
     interrupted: list[str] = []
     for _ in range(PREFORK_CHILD_KILLS):
