@@ -152,6 +152,8 @@ def whereabouts(space: RedisSpace, batch_id: str) -> str:
 
     import redis as _redis
 
+    from worker.store.broker_messages import message_job_id
+
     client = _redis.Redis.from_url(space.url)
     store = space.store()
     done = {member.decode() for member in client.smembers(f"{space.prefix}batch:{batch_id}:done")}
@@ -166,9 +168,9 @@ def whereabouts(space: RedisSpace, batch_id: str) -> str:
     for job_id in store.job_ids(batch_id):
         if job_id in done:
             continue
-        on_queue = {key: sum(job_id in m for m in messages) for key, messages in payloads.items()}
+        on_queue = {key: sum(message_job_id(m) == job_id for m in messages) for key, messages in payloads.items()}
         held = {tag: round(now - scores[tag], 1) if tag in scores else None
-                for tag, body in unacked.items() if job_id in body}
+                for tag, body in unacked.items() if message_job_id(body) == job_id}
         keys = {key.decode().removeprefix(space.prefix): client.type(key).decode()
                 for key in client.scan_iter(match=f"{space.prefix}job:{job_id}*")}
         chain = client.get(f"{space.prefix}job:{job_id}:chain")

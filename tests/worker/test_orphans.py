@@ -10,7 +10,8 @@ from pathlib import Path
 from tests.conftest import worker_env
 from tests.worker.conftest import PASSAGES, question_config, settings_for
 from worker.producer import Producer
-from worker.store.orphans import OrphanStore, confirmed_orphans, message_job_id
+from worker.store.broker_messages import message_job_id
+from worker.store.orphans import OrphanStore, confirmed_orphans
 
 QUEUED = json.dumps({"body": "W10=", "headers": {"id": "job_a", "task": "grounded.answer_job"}, "properties": {}})
 UNACKED = json.dumps([json.loads(QUEUED) | {"headers": {"id": "job_b"}}, "", "jobs"])

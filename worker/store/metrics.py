@@ -19,6 +19,7 @@ from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse
 
 from worker.jobs.models import CitationStatus, Job, JobKind, JobResult
 
+from .broker_messages import message_job_id
 from .keys import METRICS_KEY, PROVIDER_WAITING_KEY, UNACKED_KEY
 from .results import ResultsStore
 
@@ -185,11 +186,8 @@ class Snapshot:
 def _submitted_at(store: ResultsStore, raw: bytes) -> float | None:
     """A Celery message carries no send time, but its task id is the job id, and the job's batch
     records when it was submitted."""
-    try:
-        task_id = json.loads(raw)["headers"]["id"]
-    except (ValueError, KeyError, TypeError):
-        return None
-    job = store.load_job(task_id)
+    task_id = message_job_id(raw)
+    job = store.load_job(task_id) if task_id is not None else None
     batch = store.load_batch(job.batch_id) if job is not None else None
     return batch.created_at.timestamp() if batch is not None else None
 

@@ -13,10 +13,10 @@ re-sent. A second copy is harmless anyway: runs are idempotent and counted once 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from .broker_messages import message_job_id
 from .keys import (
     ACTIVE_BATCHES_KEY,
     BATCH_CANCELLED_JOBS_KEY,
@@ -35,19 +35,6 @@ from .keys import (
 from .results import ResultsStore
 
 QUEUE_SCAN_MAX = 5000  # a longer queue is not read: a lost job is found once the queue is this short
-
-
-def message_job_id(raw: bytes | str) -> str | None:
-    """The job id (Celery's task id) of a kombu message as the Redis transport stores it: the
-    message itself on the queue, `[message, exchange, routing_key]` in the unacknowledged hash."""
-    try:
-        payload = json.loads(raw)
-    except ValueError:
-        return None
-    message = payload[0] if isinstance(payload, list) and payload else payload
-    headers = message.get("headers") if isinstance(message, dict) else None
-    task_id = headers.get("id") if isinstance(headers, dict) else None
-    return task_id if isinstance(task_id, str) else None
 
 
 def confirmed_orphans(missing: Iterable[str], first_missing: Mapping[str, float], now: float,

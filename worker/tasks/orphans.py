@@ -54,5 +54,6 @@ class LostJobSweep(PeriodicConsumerStep):
 
     def tick(self, consumer: Any, client: redis.Redis, settings: Settings) -> None:
         orphans = OrphanStore(ResultsStore(client, prefix=settings.key_prefix))
-        if orphans.claim_sweep(settings.orphan_sweep_s * 0.9):  # the claim lapses before the next tick
-            resend_lost_jobs(consumer.app, orphans, grace_s=settings.orphan_sweep_s * 0.9, now=time.time())
+        lapse_s = settings.orphan_sweep_s * 0.9  # the claim lapses before the next tick; a job missing then is resent
+        if orphans.claim_sweep(lapse_s):
+            resend_lost_jobs(consumer.app, orphans, grace_s=lapse_s, now=time.time())
