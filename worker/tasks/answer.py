@@ -8,6 +8,7 @@ one raises `JobFailed` (H12), which Celery acknowledges like any finished task.
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from datetime import UTC, datetime
 
 import structlog
@@ -69,9 +70,7 @@ def answer_job(self: Task, job_id: str, lock_waits: int = 0, provider_waits: int
             if stale_delivery(worker, job, batch, provider_waits):  # H17: a dead worker's copy; a newer one goes on
                 log.warning("job_delivery_stale", provider_waits=provider_waits)
                 return "superseded"
-            if lock is None:
-                return _answer(self, worker, job, batch, lock_waits, provider_waits)
-            with kept_alive(lock):  # H14: the lock lasts as long as this worker does
+            with kept_alive(lock) if lock is not None else nullcontext():  # H14: a held lock lives with this worker
                 return _answer(self, worker, job, batch, lock_waits, provider_waits)
         finally:
             if lock is not None:

@@ -144,9 +144,7 @@ def cancel_waiting(worker: ProcessWorker, job: Job, batch: Batch) -> bool:
             log.info("provider_batch_cancelled", provider_batch=pending.provider_batch)
     elif batching is not None and batch.config.run.batch:
         batching.store.discard_pending(job)  # no longer waiting; a detached run abandons its own when it ends
-    if worker.store.mark_cancelled(job, total=batch.total, metrics=cancelled_counts(job)):
-        return True
-    return False
+    return worker.store.mark_cancelled(job, total=batch.total, metrics=cancelled_counts(job))
 
 
 def discard_round(worker: ProcessWorker, job: Job, batch: Batch) -> None:
