@@ -26,7 +26,7 @@ from worker.store.conversations import (
     composition_differences,
 )
 from worker.store.deletion import delete_batch
-from worker.store.keys import QUEUE
+from worker.store.keys import FRESH_PRIORITY, QUEUE
 from worker.store.provider_batches import ProviderBatchStore
 from worker.store.results import ResultsStore
 from worker.store.retention import longer_than_allowed
@@ -122,7 +122,7 @@ class Producer:
             producer.maybe_declare(self.app.amqp.queues[QUEUE])
             for job in jobs:
                 self.app.send_task(ANSWER_JOB, args=[job.id], task_id=job.id, queue=QUEUE, producer=producer,
-                                   declare=[], **task_labels(job))
+                                   priority=FRESH_PRIORITY, declare=[], **task_labels(job))
 
     def follow_up(
         self,

@@ -148,7 +148,7 @@ KILLS = 20
 def run_batch(fleet: Fleet, server: Any, tag: str, *, kills: int) -> tuple[float, list[float]]:
     """300 questions on 3 workers (8 slots each); `kills` kill -9s of busy workers at random 1-3 s
     intervals, each replaced at once. Returns the batch's wall time and, per killed running job, how
-    long after the kill it started again."""
+    long after the kill it started again (H14, H19)."""
     workers = [fleet.start(concurrency=8) for _ in range(3)]
     started = time.time()
     batch_id = fleet.submit(lines(BATCH, tag, 1.5), endpoint_config(server))
@@ -165,8 +165,12 @@ def run_batch(fleet: Fleet, server: Any, tag: str, *, kills: int) -> tuple[float
     assert_each_once(fleet, batch_id, BATCH, timeout=600)
     wall = max(t for ts in event_times(fleet, batch_id, "job_finished").values() for t in ts) - started
     starts = event_times(fleet, batch_id, "job_started")
-    delays = [min((t for t in starts[job] if t > at), default=float("inf")) - at
-              for at, running in killed for job in running]
+    delays: list[float] = []
+    for k, (at, running) in enumerate(killed):  # shown when the test fails: which kill's jobs waited
+        restarts = [min((t for t in starts[job] if t > at), default=float("inf")) - at for job in running]
+        print(f"kill {k} at {at - started:.1f} s: {len(running)} runs, restarted after",
+              " ".join(f"{d:.1f}" for d in sorted(restarts)), "s")
+        delays += restarts
     return wall, delays
 
 

@@ -23,7 +23,7 @@ from tests.conftest import REPO
 from worker.app import app as celery_app
 from worker.cli import cli as cli_app
 from worker.settings import Settings
-from worker.store.keys import QUEUE
+from worker.store.keys import QUEUE, queue_lanes
 
 DEPLOY = REPO / "deploy"
 K8S = DEPLOY / "k8s"
@@ -337,15 +337,17 @@ def test_keda_scales_the_worker_on_the_celery_queue_list() -> None:
     scaled = find("ScaledObject", "grounded-worker")
     assert scaled["apiVersion"] == "keda.sh/v1alpha1"
     assert scaled["spec"]["scaleTargetRef"]["name"] == "grounded-worker"
-    [trigger] = scaled["spec"]["triggers"]
-    assert trigger["type"] == "redis"
+    triggers = scaled["spec"]["triggers"]
     settings = settings_from(config_map())
     assert celery_app.conf.task_default_queue == QUEUE
-    assert trigger["metadata"]["listName"] == settings.key_prefix + QUEUE
+    lanes = [settings.key_prefix + lane for lane in queue_lanes(QUEUE)]
+    assert [t["metadata"]["listName"] for t in triggers] == lanes[::-1], "both lanes (H19), new jobs' first"
     redis_url = urlparse(settings.redis_url)
-    assert trigger["metadata"]["address"] == f"{redis_url.hostname}:{redis_url.port or 6379}"
-    assert trigger["metadata"]["databaseIndex"] == (redis_url.path.strip("/") or "0")
-    assert int(trigger["metadata"]["listLength"]) == settings.concurrency
+    for trigger in triggers:
+        assert trigger["type"] == "redis"
+        assert trigger["metadata"]["address"] == f"{redis_url.hostname}:{redis_url.port or 6379}"
+        assert trigger["metadata"]["databaseIndex"] == (redis_url.path.strip("/") or "0")
+        assert int(trigger["metadata"]["listLength"]) == settings.concurrency
     [redis_port] = find("Service", redis_url.hostname or "")["spec"]["ports"]
     assert redis_port["port"] == (redis_url.port or 6379)
 

@@ -31,7 +31,18 @@ UNACKED_MUTEX_KEY = "unacked_mutex"  # kombu's lock around one sweep for expired
 ACTIVE_BATCHES_KEY = "active_batches"  # batches not yet finished: where a lost message is looked for (H18)
 ORPHANS_KEY = "orphans"  # hash: job id -> when it was first seen with no message anywhere (store/orphans.py)
 ORPHAN_SWEEP_CLAIM_KEY = "orphans:claim"  # one worker sweeps for lost messages per interval
-QUEUE = "jobs"  # the Celery queue; its Redis list is KEY_PREFIX + "jobs" (what KEDA's list scaler watches)
+QUEUE = "jobs"  # the Celery queue, two Redis lists (lanes) that workers BRPOP in order (H19):
+RETURNED_PRIORITY = 0  # KEY_PREFIX + "jobs": jobs that came back (a dead worker's, handed back, requeued)
+FRESH_PRIORITY = 9  # KEY_PREFIX + "jobs\x06\x169": jobs as submitted (kombu names lane p QUEUE + "\x06\x16" + p)
+PRIORITY_STEPS = (RETURNED_PRIORITY, FRESH_PRIORITY)
+PRIORITY_SEPARATOR = "\x06\x16"  # kombu's, between a queue's name and its lane
+
+
+def queue_lanes(queue: str = QUEUE) -> tuple[str, ...]:
+    """The Redis lists of a queue (relative to the key prefix), in the order workers take from them."""
+    return tuple(queue if priority == 0 else f"{queue}{PRIORITY_SEPARATOR}{priority}" for priority in PRIORITY_STEPS)
+
+
 # provider batch mode (H17, store/provider_batches.py)
 JOB_PENDING_KEY = "job:{job_id}:pending"  # hash: a suspended question's round (data) and its version
 JOB_CHAIN_KEY = "job:{job_id}:chain"  # the newest provider wait's number: older deliveries are stale copies

@@ -20,7 +20,7 @@ from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse
 from worker.jobs.models import CitationStatus, Job, JobKind, JobResult
 
 from .broker_messages import message_job_id
-from .keys import METRICS_KEY, PROVIDER_WAITING_KEY, UNACKED_KEY
+from .keys import METRICS_KEY, PROVIDER_WAITING_KEY, UNACKED_KEY, queue_lanes
 from .results import ResultsStore
 
 FINISHED = ("succeeded", "failed", "cancelled")
@@ -193,15 +193,20 @@ def _submitted_at(store: ResultsStore, raw: bytes) -> float | None:
 
 
 def read_queue(store: ResultsStore, queue: str, now: float) -> QueueState:
-    key = store.key(queue)  # Celery's global_keyprefix is the store's prefix (settings.key_prefix)
-    depth = int(store.redis.llen(key))
-    if depth == 0:
+    """Both lanes of the queue (H19) count; the age is that of the oldest job next in either."""
+    # Celery's global_keyprefix is the store's prefix (settings.key_prefix)
+    keys = [store.key(lane) for lane in queue_lanes(queue)]
+    with store.redis.pipeline(transaction=True) as pipe:
+        for key in keys:
+            pipe.llen(key)
+            pipe.lindex(key, -1)  # kombu LPUSHes and BRPOPs: the right end is the oldest
+        replies = pipe.execute()
+    depth = sum(int(n) for n in replies[::2])
+    heads = [raw for raw in replies[1::2] if raw is not None]
+    if depth == 0 or not heads:
         return QueueState(0, 0.0)
-    oldest = store.redis.lindex(key, -1)  # kombu LPUSHes and BRPOPs: the right end is the oldest
-    if oldest is None:
-        return QueueState(0, 0.0)
-    submitted = _submitted_at(store, oldest)
-    return QueueState(depth, max(0.0, now - submitted) if submitted is not None else None)
+    known = [at for raw in heads if (at := _submitted_at(store, raw)) is not None]
+    return QueueState(depth, max(0.0, now - min(known)) if known else None)
 
 
 def read_snapshot(store: ResultsStore, queues: Iterable[str], now: float) -> Snapshot:

@@ -29,8 +29,8 @@ from .keys import (
     JOB_HANDBACKS_KEY,
     ORPHAN_SWEEP_CLAIM_KEY,
     ORPHANS_KEY,
-    QUEUE,
     UNACKED_KEY,
+    queue_lanes,
 )
 from .results import ResultsStore
 
@@ -68,14 +68,16 @@ class OrphanStore:
     def delivered_jobs(self) -> set[str] | None:
         """Every job with a message on the queue or unacknowledged, read in one transaction; None
         when the queue is too long to read."""
-        queue = self._key(QUEUE)
-        if self.redis.llen(queue) > QUEUE_SCAN_MAX:
+        lanes = [self._key(lane) for lane in queue_lanes()]  # both lanes of the queue (H19)
+        if sum(self.redis.llen(lane) for lane in lanes) > QUEUE_SCAN_MAX:
             return None
         with self.redis.pipeline(transaction=True) as pipe:
-            pipe.lrange(queue, 0, QUEUE_SCAN_MAX - 1)
+            for lane in lanes:
+                pipe.lrange(lane, 0, QUEUE_SCAN_MAX - 1)
             pipe.hvals(self._key(UNACKED_KEY))
-            queued, unacked = pipe.execute()
-        return {job_id for raw in [*queued, *unacked] if (job_id := message_job_id(raw)) is not None}
+            *queued, unacked = pipe.execute()
+        messages = [*(raw for lane in queued for raw in lane), *unacked]
+        return {job_id for raw in messages if (job_id := message_job_id(raw)) is not None}
 
     def unfinished_jobs(self) -> dict[str, str]:
         """Job id -> batch id for every job of an open batch without an outcome. A batch that

@@ -12,7 +12,7 @@ from typing import Any
 from celery import Celery, bootsteps
 
 from worker.settings import Settings, get_settings
-from worker.store.keys import QUEUE
+from worker.store.keys import PRIORITY_STEPS, QUEUE
 
 from .leases import LeaseRenewal
 from .names import ANSWER_JOB
@@ -58,7 +58,10 @@ def create_app(settings: Settings) -> Celery:
         # the soft limit) cancels the agent run on the event loop instead
         task_soft_time_limit=settings.task_soft_limit_s,
         task_time_limit=settings.task_hard_limit_s,
+        # H19: kombu's Redis transport with a lane for jobs that come back, taken before new ones
+        broker_transport="worker.tasks.broker:Transport",
         broker_transport_options={
+            "priority_steps": list(PRIORITY_STEPS),
             # H14: a delivery not renewed for this long belongs to a dead worker and is swept back
             # to the queue; live workers renew theirs (leases.py), so it need not outlast a job
             "visibility_timeout": settings.lease_s,

@@ -14,7 +14,7 @@ import structlog
 from celery import Celery
 
 from worker.settings import Settings
-from worker.store.keys import QUEUE
+from worker.store.keys import QUEUE, RETURNED_PRIORITY
 from worker.store.orphans import OrphanStore, confirmed_orphans
 from worker.store.results import ResultsStore
 
@@ -36,7 +36,7 @@ def resend_lost_jobs(app: Celery, orphans: OrphanStore, *, grace_s: float, now: 
         orphan = orphans.orphan(job_id, unfinished[job_id])
         kwargs = {"provider_waits": orphan.provider_waits} if orphan.provider_waits else {}
         app.send_task(ANSWER_JOB, args=[job_id], kwargs=kwargs, task_id=job_id, queue=QUEUE,
-                      retries=orphan.retries, argsrepr=repr((job_id,)),
+                      priority=RETURNED_PRIORITY, retries=orphan.retries, argsrepr=repr((job_id,)),
                       kwargsrepr=repr({"batch_id": orphan.batch_id, "resent": True}))
         log.warning("job_resent", job_id=job_id, batch_id=orphan.batch_id, reason="no message on the queue "
                     "or unacknowledged (lost by the broker)", starts=orphan.retries)
