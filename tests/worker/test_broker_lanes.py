@@ -6,17 +6,19 @@ deliveries are taken with basic_get, which reads the lanes in the order BRPOP do
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Iterator
 
 import pytest
 import redis
 from celery import Celery
+from flower.utils.broker import Broker
 
 from tests.conftest import RedisSpace
 from worker.settings import Settings
 from worker.store.keys import FRESH_PRIORITY, QUEUE, UNACKED_INDEX_KEY, queue_lanes
-from worker.tasks.celery_app import create_app
+from worker.tasks.celery_app import create_app, create_flower_app
 from worker.tasks.names import ANSWER_JOB
 
 
@@ -88,3 +90,14 @@ def test_H14_a_channel_closed_after_its_connection_keeps_its_deliveries_for_the_
     channel.close()
     assert client.hexists(redis_space.prefix + "unacked", taken.delivery_tag)
     assert [client.llen(redis_space.prefix + lane) for lane in queue_lanes()] == [0, 0]
+
+
+def test_H19_flower_reads_its_broker_as_redis_and_counts_both_lanes(app: Celery, redis_space: RedisSpace) -> None:
+    flower = create_flower_app(Settings(redis_url=redis_space.url, key_prefix=redis_space.prefix))
+    submit(app, "a", "b", "c")
+    with app.connection_for_read() as connection:
+        connection.default_channel.basic_get(QUEUE, no_ack=False).reject(requeue=True)  # "a" comes back
+    uri = flower.connection_for_read().as_uri(include_password=True)
+    assert uri.startswith("redis://")
+    broker = Broker(uri, broker_options=flower.conf.broker_transport_options)
+    assert asyncio.run(broker.queues([QUEUE])) == [{"name": QUEUE, "messages": 3}]

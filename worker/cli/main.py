@@ -300,7 +300,7 @@ def flower(
     """Flower on the job queue: its task list shows each job's batch and custom id, its outcome (the
     citation status, or the error of a failed job). Needs FLOWER_BASIC_AUTH=user:password, which
     Flower reads from the environment (so the password is not on the command line)."""
-    from worker.tasks.celery_app import create_app
+    from worker.tasks.celery_app import create_flower_app
     from worker.tasks.events import FLOWER_TASK_COLUMNS
 
     settings = get_settings()
@@ -310,7 +310,7 @@ def flower(
     argv = ["flower", f"--address={address}", f"--port={port}", f"--tasks_columns={FLOWER_TASK_COLUMNS}"]
     if purge_offline_workers is not None:
         argv.append(f"--purge_offline_workers={purge_offline_workers}")
-    create_app(settings).start(argv)
+    create_flower_app(settings).start(argv)
 
 
 @cli.command()

@@ -18,7 +18,7 @@ from .leases import LeaseRenewal
 from .names import ANSWER_JOB
 from .orphans import LostJobSweep
 
-__all__ = ["ANSWER_JOB", "create_app"]
+__all__ = ["ANSWER_JOB", "create_app", "create_flower_app"]
 UNACKED_MUTEX_EXPIRE_S = 5
 TASK_MODULES = ["worker.tasks.answer"]
 
@@ -32,7 +32,7 @@ class RequireTagKeys(bootsteps.StartStopStep):
         get_settings().signer()
 
 
-def create_app(settings: Settings) -> Celery:
+def create_app(settings: Settings, *, transport: str = "worker.tasks.broker:Transport") -> Celery:
     app = Celery("grounded", broker=settings.redis_url, include=TASK_MODULES, set_as_current=False)
     app.conf.update(
         # a job is acknowledged only after it finished, so a killed worker's job is redelivered,
@@ -59,7 +59,7 @@ def create_app(settings: Settings) -> Celery:
         task_soft_time_limit=settings.task_soft_limit_s,
         task_time_limit=settings.task_hard_limit_s,
         # H19: kombu's Redis transport with a lane for jobs that come back, taken before new ones
-        broker_transport="worker.tasks.broker:Transport",
+        broker_transport=transport,
         broker_transport_options={
             "priority_steps": list(PRIORITY_STEPS),
             # H14: a delivery not renewed for this long belongs to a dead worker and is swept back
@@ -91,4 +91,12 @@ def create_app(settings: Settings) -> Celery:
     app.steps["consumer"].add(LeaseRenewal)
     app.steps["consumer"].add(LostJobSweep)
     return app
+
+
+def create_flower_app(settings: Settings) -> Celery:
+    """Flower's app runs on kombu's own Redis transport: Flower picks the reader of its queue
+    lengths by the broker URL's scheme, which must read `redis`, and it never takes a job, so the
+    returned lane's restores (H19) are not its business. It still counts both lanes, through the
+    priority steps in the transport options."""
+    return create_app(settings, transport="redis")
 
