@@ -17,6 +17,7 @@ from typing import Any
 
 from bench import infra
 from bench.table import median, row
+from worker.store.keys import queue_lanes
 
 JOBS = 10_000
 REPEATS = 3
@@ -57,7 +58,7 @@ def run() -> list[dict[str, Any]]:
                         seconds.append(time.perf_counter() - start)
                         per_job.append((server.used_memory() - before) / JOBS)
                         assert accepted["counts"]["total"] == JOBS and accepted["counts"]["queued"] == JOBS, accepted
-                        queued = server.client().llen(f"{prefix}jobs")
+                        queued = sum(server.client().llen(prefix + lane) for lane in queue_lanes())
                         assert queued >= JOBS, f"only {queued} messages queued"
             finally:
                 api.stop()
