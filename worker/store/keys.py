@@ -39,8 +39,9 @@ PRIORITY_SEPARATOR = "\x06\x16"  # kombu's, between a queue's name and its lane
 
 
 def queue_lanes(queue: str = QUEUE) -> tuple[str, ...]:
-    """The Redis lists of a queue (relative to the key prefix), in the order workers take from them."""
-    return tuple(queue if priority == 0 else f"{queue}{PRIORITY_SEPARATOR}{priority}" for priority in PRIORITY_STEPS)
+    """The Redis lists of a queue (relative to the key prefix), in the order workers take from them;
+    kombu names lane 0 by the queue alone."""
+    return tuple(f"{queue}{PRIORITY_SEPARATOR}{p}" if p else queue for p in PRIORITY_STEPS)
 
 
 # provider batch mode (H17, store/provider_batches.py)

@@ -19,9 +19,9 @@ import structlog
 from kombu.transport import redis as kombu_redis
 from kombu.utils.json import dumps
 
-from worker.store.keys import FRESH_PRIORITY, PRIORITY_STEPS, RETURNED_PRIORITY
+from worker.store.keys import RETURNED_PRIORITY
 
-__all__ = ["FRESH_PRIORITY", "PRIORITY_STEPS", "RETURNED_PRIORITY", "Transport"]
+__all__ = ["Transport"]
 
 log = structlog.get_logger()
 
