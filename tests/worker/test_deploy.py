@@ -152,7 +152,8 @@ def test_dockerfile_one_non_root_image_installed_from_pyproject() -> None:
     copied = " ".join(rest for keyword, rest in steps if keyword == "COPY")
     for needed in ("pyproject.toml", "README.md", "capabilities", "worker"):
         assert needed in copied
-    assert any(keyword == "RUN" and "pip install ." in rest for keyword, rest in steps)
+    [install] = [rest for keyword, rest in steps if keyword == "RUN" and "pip install ." in rest]
+    assert "rm -rf capabilities worker" in install, "no source tree beside the installed package (python -m)"
     users = [rest for keyword, rest in steps if keyword == "USER"]
     assert users and all(user.split(":")[0] not in {"root", "0"} for user in users)
     exposed = {int(p) for keyword, rest in steps if keyword == "EXPOSE" for p in rest.split()}
