@@ -99,4 +99,3 @@ def create_flower_app(settings: Settings) -> Celery:
     returned lane's restores (H19) are not its business. It still counts both lanes, through the
     priority steps in the transport options."""
     return create_app(settings, transport="redis")
-
