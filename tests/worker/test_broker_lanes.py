@@ -1,4 +1,5 @@
-"""H19: jobs that come back are taken before new ones, in the order they came back.
+"""H19: jobs that come back are taken before new ones, in the order they came back; and H14: a
+channel closed after its connection leaves its deliveries to their leases.
 
 kombu itself, on a real Redis, through the transport the worker runs (worker.tasks.broker); the
 deliveries are taken with basic_get, which reads the lanes in the order BRPOP does.
@@ -17,7 +18,7 @@ from flower.utils.broker import Broker
 
 from tests.conftest import RedisSpace
 from worker.settings import Settings
-from worker.store.keys import FRESH_PRIORITY, QUEUE, UNACKED_INDEX_KEY, queue_lanes
+from worker.store.keys import FRESH_PRIORITY, QUEUE, UNACKED_INDEX_KEY, UNACKED_KEY, queue_lanes
 from worker.tasks.celery_app import create_app, create_flower_app
 from worker.tasks.names import ANSWER_JOB
 
@@ -88,7 +89,7 @@ def test_H14_a_channel_closed_after_its_connection_keeps_its_deliveries_for_the_
     taken = channel.basic_get(QUEUE, no_ack=False)
     channel.connection.client = None  # what kombu's Connection does to its transport when it closes
     channel.close()
-    assert client.hexists(redis_space.prefix + "unacked", taken.delivery_tag)
+    assert client.hexists(redis_space.prefix + UNACKED_KEY, taken.delivery_tag)
     assert [client.llen(redis_space.prefix + lane) for lane in queue_lanes()] == [0, 0]
 
 
