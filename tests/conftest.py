@@ -9,6 +9,7 @@ prefix is deleted afterwards. Nothing here mocks Redis or Celery (docs/design/ar
 from __future__ import annotations
 
 import os
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -148,22 +149,23 @@ def worker_process(tmp_path: Path) -> Iterator[Callable[..., WorkerProcess]]:
 def whereabouts(space: RedisSpace, batch_id: str) -> str:
     """Where each unfinished job of a batch is, for a test that timed out waiting: its copies on
     the queue, its unacknowledged deliveries (with their lease ages) and its provider-wait keys."""
-    import time as _time
-
-    import redis as _redis
-
     from worker.store.broker_messages import message_job_id
+    from worker.store.keys import (
+        BATCH_DONE_KEY,
+        JOB_CHAIN_KEY,
+        UNACKED_INDEX_KEY,
+        UNACKED_KEY,
+        queue_lanes,
+    )
 
-    client = _redis.Redis.from_url(space.url)
+    client = redis.Redis.from_url(space.url)
     store = space.store()
-    done = {member.decode() for member in client.smembers(f"{space.prefix}batch:{batch_id}:done")}
-    queued = [key for key in client.scan_iter(match=f"{space.prefix}jobs*") if client.type(key) == b"list"]
-    payloads = {key.decode(): [m.decode(errors="replace") for m in client.lrange(key, 0, -1)] for key in queued}
-    unacked = {tag.decode(): body.decode(errors="replace")
-               for tag, body in client.hgetall(f"{space.prefix}unacked").items()}
-    scores = {tag.decode(): score for tag, score in
-              client.zrange(f"{space.prefix}unacked_index", 0, -1, withscores=True)}
-    now = _time.time()
+    done = {member.decode() for member in client.smembers(store.key(BATCH_DONE_KEY, batch_id=batch_id))}
+    payloads = {lane: [m.decode(errors="replace") for m in client.lrange(store.key(lane), 0, -1)]
+                for lane in queue_lanes()}
+    unacked = {tag.decode(): body.decode(errors="replace") for tag, body in client.hgetall(store.key(UNACKED_KEY)).items()}
+    scores = {tag.decode(): score for tag, score in client.zrange(store.key(UNACKED_INDEX_KEY), 0, -1, withscores=True)}
+    now = time.time()
     lines = []
     for job_id in store.job_ids(batch_id):
         if job_id in done:
@@ -173,7 +175,7 @@ def whereabouts(space: RedisSpace, batch_id: str) -> str:
                 for tag, body in unacked.items() if message_job_id(body) == job_id}
         keys = {key.decode().removeprefix(space.prefix): client.type(key).decode()
                 for key in client.scan_iter(match=f"{space.prefix}job:{job_id}*")}
-        chain = client.get(f"{space.prefix}job:{job_id}:chain")
+        chain = client.get(store.key(JOB_CHAIN_KEY, job_id=job_id))
         lines.append(f"{job_id}: on queue {on_queue}, unacked (tag: lease age s) {held}, "
                      f"chain {chain!r}, keys {sorted(keys)}")
     client.close()

@@ -11,6 +11,7 @@ from tests.conftest import worker_env
 from tests.worker.conftest import PASSAGES, question_config, settings_for
 from worker.producer import Producer
 from worker.store.broker_messages import message_job_id
+from worker.store.keys import ACTIVE_BATCHES_KEY, BATCH_FINISHED_KEY
 from worker.store.orphans import OrphanStore, confirmed_orphans
 
 QUEUED = json.dumps({"body": "W10=", "headers": {"id": "job_a", "task": "grounded.answer_job"}, "properties": {}})
@@ -47,9 +48,9 @@ def test_H18_only_open_batches_jobs_without_a_message_are_missing(redis_space, d
         orphans = OrphanStore(producer.store)
         assert orphans.delivered_jobs() == set()
         assert orphans.unfinished_jobs() == {job.id: batch.id for job in jobs}
-        producer.store.redis.set(producer.store.key("batch:{batch_id}:finished", batch_id=batch.id), "x")
+        producer.store.redis.set(producer.store.key(BATCH_FINISHED_KEY, batch_id=batch.id), "x")
         assert orphans.unfinished_jobs() == {}  # a finished batch leaves the open set
-        assert not producer.store.redis.sismember(producer.store.key("active_batches"), batch.id)
+        assert not producer.store.redis.sismember(producer.store.key(ACTIVE_BATCHES_KEY), batch.id)
     finally:
         producer.app.close()
 

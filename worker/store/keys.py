@@ -33,9 +33,9 @@ ORPHANS_KEY = "orphans"  # hash: job id -> when it was first seen with no messag
 ORPHAN_SWEEP_CLAIM_KEY = "orphans:claim"  # one worker sweeps for lost messages per interval
 QUEUE = "jobs"  # the Celery queue, two Redis lists (lanes) that workers BRPOP in order (H19):
 RETURNED_PRIORITY = 0  # KEY_PREFIX + "jobs": jobs that came back (a dead worker's, handed back, requeued)
-FRESH_PRIORITY = 9  # KEY_PREFIX + "jobs\x06\x169": jobs as submitted (kombu names lane p QUEUE + "\x06\x16" + p)
+FRESH_PRIORITY = 9  # KEY_PREFIX + "jobs\x06\x169": jobs as submitted
 PRIORITY_STEPS = (RETURNED_PRIORITY, FRESH_PRIORITY)
-PRIORITY_SEPARATOR = "\x06\x16"  # kombu's, between a queue's name and its lane
+PRIORITY_SEPARATOR = "\x06\x16"  # kombu names lane p QUEUE + PRIORITY_SEPARATOR + p (lane 0: QUEUE alone)
 
 
 def queue_lanes(queue: str = QUEUE) -> tuple[str, ...]:
