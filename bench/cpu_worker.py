@@ -56,27 +56,33 @@ def install() -> None:
     models.build_model = build_model
 
 
-def worker_command(name: str, threads: int) -> list[str]:
+def worker_argv(name: str, threads: int) -> list[str]:
     from worker.store.keys import QUEUE
 
-    return [sys.executable, "-m", "bench.cpu_worker", "worker", "--pool", "threads", "-c", str(threads), "-Q", QUEUE,
-            "-n", name, "-l", "warning", "--without-gossip", "--without-mingle", "--without-heartbeat"]
+    return ["worker", "--pool", "threads", "-c", str(threads), "-Q", QUEUE, "-n", name, "-l", "warning",
+            "--without-gossip", "--without-mingle", "--without-heartbeat"]
+
+
+def run_worker(argv: list[str]) -> int:
+    install()
+    from worker.app import app
+
+    app.worker_main(argv)
+    return 0
 
 
 def supervise(processes: int, base: str, threads: int) -> int:
     """What `grounded worker --processes N` runs, with these workers as its children."""
-    from worker.tasks.supervisor import Supervisor, child_names
+    from worker.tasks.supervisor import Supervisor, child_names, preload
 
-    return Supervisor(child_names(base, processes), lambda name: worker_command(name, threads)).run()
+    preload()
+    return Supervisor(child_names(base, processes), lambda name: run_worker(worker_argv(name, threads))).run()
 
 
 def main(argv: list[str]) -> None:
     if argv[:1] == ["supervise"]:  # supervise PROCESSES BASE_NAME THREADS
         sys.exit(supervise(int(argv[1]), argv[2], int(argv[3])))
-    install()
-    from worker.app import app
-
-    app.worker_main(argv)
+    sys.exit(run_worker(argv))
 
 
 if __name__ == "__main__":

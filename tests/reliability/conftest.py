@@ -45,6 +45,7 @@ from tests.worker.conftest import (
 from worker.producer import Producer
 from worker.store.embedded import free_port
 from worker.store.results import BatchProgress
+from worker.tasks.supervisor import child_names
 from worker.tasks.worker_process import WorkerProcess, worker_argv
 
 PASSAGES = {"PassageSearchCapability": {"corpus": CORPUS}}
@@ -111,6 +112,19 @@ def live_children(pid: int) -> set[int]:
 
 
 @dataclass
+class WorkerGroup:
+    """`grounded worker --processes N`: the supervisor and its children's node names (the children
+    are forked by the supervisor, which starts a dead one again by itself)."""
+
+    process: subprocess.Popen[bytes]
+    names: list[str]
+    log: Path
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+
+@dataclass
 class Fleet:
     """A Redis space, the workers started on it, a producer, and what the test did to them."""
 
@@ -119,6 +133,7 @@ class Fleet:
     log_dir: Path
     producer: Producer
     workers: list[WorkerProcess] = field(default_factory=list)
+    groups: list[WorkerGroup] = field(default_factory=list)
     kills: list[tuple[int, str, str]] = field(default_factory=list)  # (pid, what, job id) per kill -9
     strays: list[psutil.Process] = field(default_factory=list)  # pool children seen, reaped at teardown
 
@@ -131,15 +146,42 @@ class Fleet:
         self.workers.append(worker)
         return worker
 
+    def start_group(self, *, processes: int, concurrency: int, timeout: float = 90) -> WorkerGroup:
+        """A supervisor of `processes` workers (threads pool), returned once every child answers a ping."""
+        base = f"rel-{uuid.uuid4().hex[:8]}@localhost"
+        log = self.log_dir / f"{base.split('@')[0]}.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        command = [sys.executable, "-m", "worker.cli", "worker", "--processes", str(processes), "--name", base,
+                   "--concurrency", str(concurrency)]
+        with log.open("wb") as handle:
+            process = subprocess.Popen(command, cwd=REPO, env=self.env, stdout=handle, stderr=subprocess.STDOUT)
+        group = WorkerGroup(process, child_names(base, processes), log)
+        self.groups.append(group)
+        for name in group.names:
+            self.pid_of(name, timeout=timeout)
+        return group
+
+    def pid_of(self, name: str, timeout: float = 30) -> int:
+        """The pid of the worker process answering as `name`, once it answers."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            stats = self.producer.app.control.inspect(destination=[name], timeout=1).stats() or {}
+            if name in stats:
+                return int(stats[name]["pid"])
+        raise AssertionError(f"{name} did not answer in {timeout} s:\n" +
+                             "\n".join(g.output()[-3000:] for g in self.groups))
+
     def submit(self, lines: list[dict[str, Any]], config: dict[str, Any], *, tenant: str = "reliability") -> str:
         report = self.producer.validate(lines, config)
         assert report.ok, [e.as_dict() for e in report.errors]
         return self.producer.submit(report, tenant=tenant).id
 
-    def active(self, worker: WorkerProcess, timeout: float = 1.0) -> list[dict[str, Any]]:
-        """The jobs a worker is running now, with the pid of the process running each."""
-        replies = self.producer.app.control.inspect(destination=[worker.name], timeout=timeout).active() or {}
-        return list(replies.get(worker.name, []))
+    def active(self, worker: WorkerProcess | str, timeout: float = 1.0) -> list[dict[str, Any]]:
+        """The jobs a worker (or the node of that name) is running now, with the pid of the process
+        running each."""
+        name = worker if isinstance(worker, str) else worker.name
+        replies = self.producer.app.control.inspect(destination=[name], timeout=timeout).active() or {}
+        return list(replies.get(name, []))
 
     @property
     def killed_pids(self) -> set[int]:
@@ -162,12 +204,17 @@ class Fleet:
             if progress.finished:
                 return progress
             if time.monotonic() > deadline:
-                logs = "\n".join(w.output()[-2000:] for w in self.workers[-2:])
+                logs = "\n".join(w.output()[-2000:] for w in [*self.workers[-2:], *self.groups[-1:]])
                 raise AssertionError(f"batch {batch_id} not finished: {progress}\n"
                                      f"{whereabouts(self.space, batch_id)}\n{logs}")
             time.sleep(0.2)
 
     def close(self) -> None:
+        for group in self.groups:  # children first: a killed supervisor's children get a warm SIGTERM
+            self.strays += descendants(group.process.pid)
+            if group.process.poll() is None:
+                group.process.kill()
+                group.process.wait(timeout=5)
         for worker in self.workers:
             if worker.process.poll() is None:
                 self.strays += descendants(worker.process.pid)

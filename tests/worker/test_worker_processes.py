@@ -3,9 +3,11 @@ started again when one dies, and stopped together with the same warm shutdown as
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -13,7 +15,9 @@ from pathlib import Path
 
 import psutil
 import pytest
+from celery.signals import worker_ready
 
+import worker.tasks.supervisor as supervisor_module
 from tests.conftest import RedisServer, RedisSpace, new_space, worker_env
 from tests.worker.conftest import FAKE_KEY, FAKE_KEY_ENV, PASSAGES, question_config, settings_for
 from tests.worker.fake_openai import FakeOpenAI
@@ -128,18 +132,47 @@ def test_sigterm_lets_a_running_job_finish_before_the_processes_exit(
         producer.app.close()
 
 
-def test_a_process_that_keeps_dying_stops_the_group_with_exit_code_1(monkeypatch: pytest.MonkeyPatch) -> None:
-    import worker.tasks.supervisor as supervisor_module
-
-    monkeypatch.setattr(supervisor_module, "RESTART_DELAY_S", 0.01)
+def test_a_process_that_cannot_start_stops_the_group_with_exit_code_1(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(supervisor_module, "RESTART_INTERVAL_S", 0.01)
     monkeypatch.setattr(supervisor_module, "POLL_S", 0.01)
-    starts: list[str] = []
-
-    def command_for(name: str) -> list[str]:
-        starts.append(name)
-        return [sys.executable, "-c", "import sys; sys.exit(3)"]
-
-    group = supervisor_module.Supervisor(["a-1@h", "a-2@h"], command_for)
+    group = supervisor_module.Supervisor(["a-1@h", "a-2@h"], lambda name: 3)  # exits before it is ready
     assert group.run() == 1
-    assert starts == ["a-1@h", "a-2@h"]  # commands are made once per child, at start
-    assert max(len(child.deaths) for child in group.children) == supervisor_module.MAX_RESTARTS
+    assert max(child.boot_failures for child in group.children) == supervisor_module.MAX_BOOT_FAILURES
+
+
+def test_a_process_killed_after_it_was_ready_is_forked_again_at_once_however_often(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Outside kills (an OOM kill, kill -9) are not a crash loop: ten in a row, each child back in
+    well under a second, and a SIGTERM still stops the group with 0."""
+    monkeypatch.setattr(supervisor_module, "RESTART_INTERVAL_S", 0.05)
+    monkeypatch.setattr(supervisor_module, "POLL_S", 0.01)
+
+    def ready_then_wait(name: str) -> int:
+        worker_ready.send(sender=None)
+        time.sleep(60)
+        return 0
+
+    group = supervisor_module.Supervisor(["b-1@h"], ready_then_wait)
+    [child] = group.children
+    gaps: list[float] = []
+
+    def kill_ten_times() -> None:
+        for _ in range(10):
+            while child.pid is None:
+                time.sleep(0.005)
+            pid = child.pid
+            time.sleep(0.2)  # long enough to have written that it is ready
+            os.kill(pid, signal.SIGKILL)
+            killed = time.monotonic()
+            while child.pid in (None, pid):
+                time.sleep(0.005)
+            gaps.append(time.monotonic() - killed)
+        os.kill(os.getpid(), signal.SIGTERM)  # the supervisor's handler forwards it
+
+    killer = threading.Thread(target=kill_ten_times)
+    killer.start()
+    assert group.run() == 0
+    killer.join()
+    assert len(gaps) == 10 and max(gaps) < 0.5, gaps
+    assert child.boot_failures == 0 and not group.failed

@@ -267,26 +267,26 @@ def worker(
         settings.signer()
     except MissingTagKeys as exc:
         _fail(str(exc), 2)
-    from worker.tasks.supervisor import Supervisor, available_cores, child_names
+    from worker.tasks.supervisor import Supervisor, available_cores, child_names, preload
     from worker.tasks.worker_process import default_node_name, worker_argv
 
     node = name or settings.worker_name or default_node_name()
     count = processes or settings.processes or available_cores()
-    jobs_at_once = str(concurrency or settings.concurrency)
-    if count > 1:
-        from worker.tasks.logs import configure_logging
 
-        configure_logging(loglevel)  # the supervisor's lines in the workers' format
+    def run_worker(as_node: str) -> int:
+        from worker.app import app as celery_app
 
-        def command_for(child: str) -> list[str]:
-            return [sys.executable, "-m", "worker.cli", "worker", "--processes", "1", "--name", child,
-                    "--concurrency", jobs_at_once, "--pool", pool or settings.pool, "--loglevel", loglevel]
+        celery_app.worker_main(worker_argv(name=as_node, pool=pool or settings.pool,
+                                           concurrency=concurrency or settings.concurrency, loglevel=loglevel))
+        return 0
 
-        raise typer.Exit(Supervisor(child_names(node, count), command_for).run())
-    from worker.app import app as celery_app
+    if count == 1:
+        raise typer.Exit(run_worker(node))
+    from worker.tasks.logs import configure_logging
 
-    celery_app.worker_main(worker_argv(name=node, pool=pool or settings.pool, concurrency=int(jobs_at_once),
-                                       loglevel=loglevel))
+    configure_logging(loglevel)  # the supervisor's lines in the workers' format
+    preload()
+    raise typer.Exit(Supervisor(child_names(node, count), run_worker).run())
 
 
 @cli.command()
