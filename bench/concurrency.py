@@ -10,6 +10,10 @@ subprocess of its own. Rounds alternate which side goes first, so drift on a sha
 both; medians. CPU is each process's own (user + system), so it is less sensitive to the machine's
 other load than wall time.
 
+A third side puts the bare agent behind a bare Celery task (`bench/celery_agent.py`: late
+acknowledgement, task events, threads pool, the answer stored in one Redis hash), so the table
+also says how much of the worker's difference is Celery's own price and how much is ours.
+
 Goals (issue 16): worker CPU per job ≤ 1.15 × the bare agent's; worker throughput ≥ 0.9 × the bare
 agent's at C = 16 and C = 64. Ideal throughput, C / (3 × LATENCY_S), is shown for both.
 
@@ -22,17 +26,27 @@ import json
 import subprocess
 import sys
 import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import redis
+
 from bench import infra
+from bench.celery_agent import answered as celery_agent_answered
+from bench.celery_agent import create_app as celery_agent_app
+from bench.celery_agent import results_key as celery_agent_results
+from bench.celery_agent import send as celery_agent_send
 from bench.table import median, row
 
 LATENCY_S = 0.2
 REQUESTS_PER_JOB = 3
 CONCURRENCY = (16, 64)
 JOBS = 128
-ROUNDS = 2
+ROUNDS = 3
 GOAL_CPU = 1.15
 GOAL_THROUGHPUT = 0.9
 POLL_S = 0.02
@@ -95,15 +109,66 @@ def worker_round(producer: Any, pid: int, cfg: dict[str, Any], jobs: int, tag: s
     return elapsed, cpu_seconds(pid) - before
 
 
-def compare_rows(c: int, worker: list[tuple[float, float]], bare: list[tuple[float, float]]) -> list[dict[str, Any]]:
+@contextmanager
+def celery_agent(base_url: str, corpus_file: Path, redis_url: str, concurrency: int, log: Path) -> Iterator[CeleryAgent]:
+    """The bare agent behind a bare Celery task (`bench/celery_agent.py`), in a worker process of its
+    own, ready once it answers a ping."""
+    queue = f"bench-celery-{uuid.uuid4().hex[:8]}"
+    app = celery_agent_app(redis_url, queue)
+    with log.open("wb") as handle:
+        process = subprocess.Popen([sys.executable, "-m", "bench.celery_agent", base_url, str(corpus_file), redis_url,
+                                    queue, str(concurrency)], cwd=infra.REPO, stdout=handle, stderr=subprocess.STDOUT)
+    side = CeleryAgent(process, app, redis.Redis.from_url(redis_url), queue)
+    try:
+        deadline = time.monotonic() + 60
+        while not app.control.ping(destination=[f"{queue}@bench"], timeout=0.5):
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the Celery agent did not start:\n{log.read_text()[-2000:]}")
+        side.run(concurrency)  # warm-up
+        yield side
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+        side.client.delete(celery_agent_results(queue))
+        side.client.close()
+        app.close()
+
+
+@dataclass
+class CeleryAgent:
+    process: subprocess.Popen[bytes]
+    app: Any
+    client: redis.Redis
+    queue: str
+
+    def run(self, jobs: int) -> tuple[float, float]:
+        """(seconds, worker CPU seconds) for `jobs` questions, sent at once, until all are answered."""
+        before, target = cpu_seconds(self.process.pid), celery_agent_answered(self.client, self.queue) + jobs
+        start = time.perf_counter()
+        celery_agent_send(self.app, [f"When does the observatory open? ({uuid.uuid4().hex})" for _ in range(jobs)])
+        deadline = start + 300
+        while celery_agent_answered(self.client, self.queue) < target:
+            if time.perf_counter() > deadline:
+                raise TimeoutError("the Celery agent did not answer in time")
+            time.sleep(POLL_S)
+        return time.perf_counter() - start, cpu_seconds(self.process.pid) - before
+
+
+def compare_rows(c: int, worker: list[tuple[float, float]], bare: list[tuple[float, float]],
+                 queued: list[tuple[float, float]]) -> list[dict[str, Any]]:
     w_rate, b_rate = median([JOBS / s for s, _ in worker]), median([JOBS / s for s, _ in bare])
     w_cpu, b_cpu = median([cpu / JOBS * 1000 for _, cpu in worker]), median([cpu / JOBS * 1000 for _, cpu in bare])
+    q_rate, q_cpu = median([JOBS / s for s, _ in queued]), median([cpu / JOBS * 1000 for _, cpu in queued])
     ideal = c / (REQUESTS_PER_JOB * LATENCY_S)
     return [
         row(f"concurrency: worker vs bare agent, CPU per job at C={c}", w_cpu / b_cpu, "×", GOAL_CPU,
             note=f"{w_cpu:.1f} vs {b_cpu:.1f} ms"),
         row(f"concurrency: worker vs bare agent, throughput at C={c}", w_rate / b_rate, "×", GOAL_THROUGHPUT,
             better="higher", note=f"{w_rate:.1f} vs {b_rate:.1f} jobs/s; {JOBS} jobs"),
+        row(f"↳ worker vs the bare agent in a bare Celery task, CPU per job at C={c}", w_cpu / q_cpu, "×",
+            note=f"{w_cpu:.1f} vs {q_cpu:.1f} ms; the bare Celery task alone is {q_cpu / b_cpu:.2f}× the bare agent"),
+        row(f"↳ worker vs the bare agent in a bare Celery task, throughput at C={c}", w_rate / q_rate, "×",
+            note=f"{w_rate:.1f} vs {q_rate:.1f} jobs/s"),
         row(f"↳ worker throughput / ideal at C={c}", 100 * w_rate / ideal, "%", note=f"ideal {ideal:.1f} jobs/s"),
         row(f"↳ bare agent throughput / ideal at C={c}", 100 * b_rate / ideal, "%"),
     ]
@@ -128,19 +193,22 @@ def run() -> list[dict[str, Any]]:
                     workers = infra.start_workers(env, folder, concurrency=c)
                     worker: list[tuple[float, float]] = []
                     bare: list[tuple[float, float]] = []
+                    queued: list[tuple[float, float]] = []
                     try:
-                        run_batch(producer, c, cfg, f"warmup-{c}")
-                        for r in range(ROUNDS):
-                            sides = [lambda: bare.append(bare_round(fake.base_url, corpus_file, c, JOBS)),
-                                     lambda: worker.append(worker_round(producer, workers[0].process.pid, cfg, JOBS,
-                                                                        f"c{c}-r{r}"))]
-                            for side in sides[r % 2 :] + sides[: r % 2]:
-                                side()
-                                fake.reset()
+                        with celery_agent(fake.base_url, corpus_file, server.url, c, folder / f"celery-{c}.log") as q:
+                            run_batch(producer, c, cfg, f"warmup-{c}")
+                            for r in range(ROUNDS):
+                                sides = [lambda: bare.append(bare_round(fake.base_url, corpus_file, c, JOBS)),
+                                         lambda: worker.append(worker_round(producer, workers[0].process.pid, cfg,
+                                                                            JOBS, f"c{c}-r{r}")),
+                                         lambda: queued.append(q.run(JOBS))]
+                                for side in sides[r % 3 :] + sides[: r % 3]:
+                                    side()
+                                    fake.reset()
                     finally:
                         infra.stop_workers(workers)
                         producer.app.close()
-                    rows += compare_rows(c, worker, bare)
+                    rows += compare_rows(c, worker, bare, queued)
     finally:
         fake.stop()
     return rows
