@@ -8,6 +8,7 @@ through `parse_batch`.
 
 from __future__ import annotations
 
+import os
 import sys
 from enum import Enum
 from pathlib import Path
@@ -282,6 +283,9 @@ def worker(
 
     if count == 1:
         raise typer.Exit(run_worker(node))
+    if not hasattr(os, "fork"):
+        _fail("several worker processes are forked from one (Linux, macOS): here, start one `grounded worker "
+              "--processes 1` per process", 2)
     from worker.tasks.logs import configure_logging
 
     configure_logging(loglevel)  # the supervisor's lines in the workers' format
