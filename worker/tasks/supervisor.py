@@ -189,17 +189,24 @@ class Supervisor:
         self.children = [_Child(name) for name in names]
         self.run_child = run
         self.stops = 0  # signals received: 1 is a warm stop, 2 or more a cold one
+        self.received: list[tuple[int, signal.Signals]] = []  # (signal, what was forwarded), not yet logged
         self.failed = False
 
     def _forwarded(self) -> signal.Signals:
         return signal.SIGTERM if self.stops == 1 else signal.SIGQUIT
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        """Counts and forwards, nothing more: a handler runs between any two steps of the loop,
+        so a log line here could wait for ever on the log's lock held by the line it interrupted."""
         self.stops += 1
-        log.info("worker_processes_stopping", signal=signal.Signals(signum).name,
-                 forwarded=self._forwarded().name)
+        self.received.append((signum, self._forwarded()))
         for child in self.children:
             child.signal(self._forwarded())
+
+    def _log_received(self) -> None:
+        while self.received:
+            signum, forwarded = self.received.pop(0)
+            log.info("worker_processes_stopping", signal=signal.Signals(signum).name, forwarded=forwarded.name)
 
     def _start(self, child: _Child) -> None:
         """Forks `child`. A stop signal is held back across the fork, so that it can neither reach
@@ -231,6 +238,7 @@ class Supervisor:
                 if not self.stops:
                     self._start(child)
             while True:
+                self._log_received()
                 self._look_after_children()
                 if not any(child.running() for child in self.children) and (self.stops or self.failed):
                     break
