@@ -122,6 +122,8 @@ class _Child:
     boot_failures: int = 0  # deaths before ready, in a row
 
     def notice_ready(self) -> None:
+        """Reads the child's note that Celery is ready; the byte stays in the pipe after the child
+        has exited, so whether it was ready is known when it dies."""
         if not self.ready and self.ready_fd is not None:
             with contextlib.suppress(BlockingIOError):
                 self.ready = bool(os.read(self.ready_fd, 1))
@@ -129,7 +131,7 @@ class _Child:
                 self.boot_failures = 0
 
     def exit_code(self) -> int | None:
-        """None while the child runs; its exit code (minus the signal that killed it) once it has ended."""
+        """None while the child runs; once it has ended, its exit code, or minus the signal that killed it."""
         if self.pid is None:
             return 0
         try:
