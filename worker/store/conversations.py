@@ -24,6 +24,7 @@ from worker.settings import Settings
 from . import retention
 from .keys import CONVERSATION_JOBS_KEY, CONVERSATION_KEY, CONVERSATION_LOCK_KEY, CONVERSATION_TURNS_KEY
 from .results import ResultsStore
+from .scripts import eval_script
 
 # Created once: a conversation job and the producer may both create it, and only the first counts.
 _CREATE = """
@@ -191,9 +192,6 @@ class ConversationStore:
     def __init__(self, results: ResultsStore) -> None:
         self.results = results
         self.redis = results.redis
-        self._create = self.redis.register_script(_CREATE)
-        self._add_job = self.redis.register_script(_ADD_JOB)
-        self._commit = self.redis.register_script(_COMMIT)
         self._release = self.redis.register_script(_RELEASE)
         self._renew = self.redis.register_script(_RENEW)
 
@@ -221,7 +219,7 @@ class ConversationStore:
                                 composition=StoredComposition.of(config.composition), created_at=datetime.now(UTC))
         keys = [self._key(CONVERSATION_KEY, conversation_id), self._key(CONVERSATION_JOBS_KEY, conversation_id)]
         args = [meta.model_dump_json(), self.results._pack("[]"), self.results._pack("{}"), job_id]
-        self._create(keys=keys, args=args, client=pipe)
+        eval_script(pipe, _CREATE, keys, args)
         self.results.retain(pipe, batch_id, *keys, extend=True)
 
     def add_job(self, conversation_id: str, job_id: str, *, batch_id: str) -> None:
@@ -229,7 +227,7 @@ class ConversationStore:
         least as long as the follow-up's batch, so a continued conversation is never cut off (H16)."""
         keys = [self._key(CONVERSATION_KEY, conversation_id), self._key(CONVERSATION_JOBS_KEY, conversation_id)]
         with self.redis.pipeline(transaction=True) as pipe:
-            self._add_job(keys=keys, args=[job_id], client=pipe)
+            eval_script(pipe, _ADD_JOB, keys, [job_id])
             self.results.retain(pipe, batch_id, *self._retained(conversation_id), extend=True, drop=False)
             added, _ = pipe.execute()
         if not added:
@@ -283,7 +281,7 @@ class ConversationStore:
             self.results._pack(turn.model_dump_json()),
         ]
         with self.redis.pipeline(transaction=True) as pipe:
-            self._commit(keys=keys, args=args, client=pipe)
+            eval_script(pipe, _COMMIT, keys, args)
             # the turns list is new at the first commit: it takes the conversation's expiry (H16)
             retention.retain(pipe, keys[0], keys[1:], extend=True, drop=False)
             committed, _ = pipe.execute()

@@ -42,6 +42,7 @@ from .keys import (
     TENANT_BATCHES_KEY,
 )
 from .retention import batch_expiry, live_members
+from .scripts import eval_script
 
 EVENTS_MAXLEN = 100_000
 BATCH_FINISH_KEYS = 9  # the finishing script's keys that belong to the batch; the 10th is the metrics hash
@@ -164,7 +165,6 @@ class ResultsStore:
     def __init__(self, client: redis.Redis, *, prefix: str = "grounded:", compress_over: int = 16_384,
                  retention_s: float = DEFAULT_RETENTION_DAYS * DAY_S) -> None:
         self.redis, self.prefix, self.compress_over, self.retention_s = client, prefix, compress_over, retention_s
-        self._finish = client.register_script(_FINISH)
         self._load = client.register_script(_LOAD)
         self._batches: dict[bytes, Batch] = {}  # stored bytes -> parsed, never mutated
 
@@ -332,8 +332,7 @@ class ResultsStore:
         now = datetime.now(UTC).isoformat()
         counters = [x for name, value in (metrics or {}).items() for x in (name, repr(float(value)))]
         with self.redis.pipeline(transaction=True) as pipe:
-            self._finish(keys=keys, args=[job_id, blob, status, total, EVENTS_MAXLEN, event, now, *counters],
-                         client=pipe)
+            eval_script(pipe, _FINISH, keys, [job_id, blob, status, total, EVENTS_MAXLEN, event, now, *counters])
             self.retain(pipe, batch_id, *keys[:BATCH_FINISH_KEYS])  # not the deployment's metrics hash
             (new, finished), _ = pipe.execute()
         return int(new), int(finished)

@@ -24,6 +24,8 @@ import redis
 
 from worker.settings import DAY_S
 
+from .scripts import eval_script
+
 # KEYS[1]: the anchor whose lifetime the others take; KEYS[2..]: the keys just written.
 # ARGV[1]: '1' to only push an expiry later; ARGV[2]: '1' to delete the keys when the anchor is gone.
 _RETAIN = """
@@ -42,13 +44,10 @@ return 1
 
 
 def retain(client: Any, anchor: str, keys: Sequence[str], *, extend: bool = False, drop: bool = True) -> None:
-    """Queues (on a pipeline) or runs the one command that gives `keys` the anchor's expiry.
-
-    EVAL rather than a registered script: a pipeline holding a registered script asks Redis whether
-    it is loaded first, one more round trip per write; Redis caches the compiled EVAL all the same.
-    A key of an anchor kept without expiry (stored before retention existed) is left as it is."""
+    """Queues (on a pipeline) or runs the one script that gives `keys` the anchor's
+    expiry. A key of an anchor kept without expiry (stored before retention existed) is left as it is."""
     if keys:
-        client.eval(_RETAIN, 1 + len(keys), anchor, *keys, "1" if extend else "0", "1" if drop else "0")
+        eval_script(client, _RETAIN, [anchor, *keys], ["1" if extend else "0", "1" if drop else "0"])
 
 
 def batch_expiry(created_at: datetime, retention_s: float, requested_days: float | None) -> datetime:
