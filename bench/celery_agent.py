@@ -9,15 +9,22 @@ store the answer and the cited chunk ids in one Redis hash. No job config, no ca
 leases, no results model, no metrics, no events of our own.
 
 `python -m bench.celery_agent BASE_URL CORPUS_FILE REDIS_URL QUEUE CONCURRENCY` runs the worker;
-`send(app, queue, questions)` and `answered(redis, queue)` are the producer's side.
+`celery_agent(...)` starts one and gives the producer's side, `CeleryAgent.run`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
 import sys
 import threading
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
 
 import redis
 from celery import Celery
@@ -56,13 +63,56 @@ def serve(base_url: str, corpus_file: str, redis_url: str, queue: str, concurren
                      "-l", "warning", "-E", "--without-gossip", "--without-mingle"])
 
 
-def send(app: Celery, questions: list[str]) -> None:
-    for question in questions:
-        app.send_task(TASK, args=[question])
+@dataclass
+class CeleryAgent:
+    process: subprocess.Popen[bytes]
+    app: Celery
+    client: redis.Redis
+    queue: str
+    poll_s: float
+
+    def answered(self) -> int:
+        return int(self.client.hlen(results_key(self.queue)))
+
+    def run(self, jobs: int) -> float:
+        """Seconds for `jobs` questions, sent at once, until every one is answered."""
+        target = self.answered() + jobs
+        start = time.perf_counter()
+        for _ in range(jobs):
+            self.app.send_task(TASK, args=[f"When does the observatory open? ({uuid.uuid4().hex})"])
+        while self.answered() < target:
+            if time.perf_counter() - start > 300:
+                raise TimeoutError("the Celery agent did not answer in time")
+            time.sleep(self.poll_s)
+        return time.perf_counter() - start
 
 
-def answered(client: redis.Redis, queue: str) -> int:
-    return int(client.hlen(results_key(queue)))
+@contextmanager
+def celery_agent(base_url: str, corpus_file: Path, redis_url: str, concurrency: int, log: Path, *,
+                 poll_s: float) -> Iterator[CeleryAgent]:
+    """A worker of this module in a process of its own, ready once it answered a ping and a warm-up
+    batch; stopped, and its answers deleted, after."""
+    from bench import infra  # the benchmark's side only: the worker process stays bare
+
+    queue = f"bench-celery-{uuid.uuid4().hex[:8]}"
+    app = create_app(redis_url, queue)
+    with log.open("wb") as handle:
+        process = subprocess.Popen([sys.executable, "-m", "bench.celery_agent", base_url, str(corpus_file), redis_url,
+                                    queue, str(concurrency)], cwd=infra.REPO, stdout=handle, stderr=subprocess.STDOUT)
+    side = CeleryAgent(process, app, redis.Redis.from_url(redis_url), queue, poll_s)
+    try:
+        deadline = time.monotonic() + 60
+        while not app.control.ping(destination=[f"{queue}@bench"], timeout=0.5):
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the Celery agent did not start:\n{log.read_text()[-2000:]}")
+        side.run(concurrency)  # warm-up
+        yield side
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+        side.client.delete(results_key(queue))
+        side.client.close()
+        app.close()
 
 
 if __name__ == "__main__":

@@ -26,20 +26,11 @@ import json
 import subprocess
 import sys
 import time
-import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import redis
-
 from bench import infra
-from bench.celery_agent import answered as celery_agent_answered
-from bench.celery_agent import create_app as celery_agent_app
-from bench.celery_agent import results_key as celery_agent_results
-from bench.celery_agent import send as celery_agent_send
+from bench.celery_agent import CeleryAgent, celery_agent
 from bench.table import median, row
 
 LATENCY_S = 0.2
@@ -109,49 +100,10 @@ def worker_round(producer: Any, pid: int, cfg: dict[str, Any], jobs: int, tag: s
     return elapsed, cpu_seconds(pid) - before
 
 
-@contextmanager
-def celery_agent(base_url: str, corpus_file: Path, redis_url: str, concurrency: int, log: Path) -> Iterator[CeleryAgent]:
-    """The bare agent behind a bare Celery task (`bench/celery_agent.py`), in a worker process of its
-    own, ready once it answers a ping."""
-    queue = f"bench-celery-{uuid.uuid4().hex[:8]}"
-    app = celery_agent_app(redis_url, queue)
-    with log.open("wb") as handle:
-        process = subprocess.Popen([sys.executable, "-m", "bench.celery_agent", base_url, str(corpus_file), redis_url,
-                                    queue, str(concurrency)], cwd=infra.REPO, stdout=handle, stderr=subprocess.STDOUT)
-    side = CeleryAgent(process, app, redis.Redis.from_url(redis_url), queue)
-    try:
-        deadline = time.monotonic() + 60
-        while not app.control.ping(destination=[f"{queue}@bench"], timeout=0.5):
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the Celery agent did not start:\n{log.read_text()[-2000:]}")
-        side.run(concurrency)  # warm-up
-        yield side
-    finally:
-        process.terminate()
-        process.wait(timeout=30)
-        side.client.delete(celery_agent_results(queue))
-        side.client.close()
-        app.close()
-
-
-@dataclass
-class CeleryAgent:
-    process: subprocess.Popen[bytes]
-    app: Any
-    client: redis.Redis
-    queue: str
-
-    def run(self, jobs: int) -> tuple[float, float]:
-        """(seconds, worker CPU seconds) for `jobs` questions, sent at once, until all are answered."""
-        before, target = cpu_seconds(self.process.pid), celery_agent_answered(self.client, self.queue) + jobs
-        start = time.perf_counter()
-        celery_agent_send(self.app, [f"When does the observatory open? ({uuid.uuid4().hex})" for _ in range(jobs)])
-        deadline = start + 300
-        while celery_agent_answered(self.client, self.queue) < target:
-            if time.perf_counter() > deadline:
-                raise TimeoutError("the Celery agent did not answer in time")
-            time.sleep(POLL_S)
-        return time.perf_counter() - start, cpu_seconds(self.process.pid) - before
+def celery_round(side: CeleryAgent, jobs: int) -> tuple[float, float]:
+    before = cpu_seconds(side.process.pid)
+    elapsed = side.run(jobs)
+    return elapsed, cpu_seconds(side.process.pid) - before
 
 
 def compare_rows(c: int, worker: list[tuple[float, float]], bare: list[tuple[float, float]],
@@ -195,13 +147,14 @@ def run() -> list[dict[str, Any]]:
                     bare: list[tuple[float, float]] = []
                     queued: list[tuple[float, float]] = []
                     try:
-                        with celery_agent(fake.base_url, corpus_file, server.url, c, folder / f"celery-{c}.log") as q:
+                        with celery_agent(fake.base_url, corpus_file, server.url, c, folder / f"celery-{c}.log",
+                                          poll_s=POLL_S) as q:
                             run_batch(producer, c, cfg, f"warmup-{c}")
                             for r in range(ROUNDS):
                                 sides = [lambda: bare.append(bare_round(fake.base_url, corpus_file, c, JOBS)),
                                          lambda: worker.append(worker_round(producer, workers[0].process.pid, cfg,
                                                                             JOBS, f"c{c}-r{r}")),
-                                         lambda: queued.append(q.run(JOBS))]
+                                         lambda: queued.append(celery_round(q, JOBS))]
                                 for side in sides[r % 3 :] + sides[: r % 3]:
                                     side()
                                     fake.reset()
