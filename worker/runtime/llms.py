@@ -92,6 +92,17 @@ class ModelCache:
 NO_SDK_RETRIES: ModelSettings = {"max_retries": 0}
 
 
+def sdk_retry_settings(model: Model) -> ModelSettings:
+    """H6: the job's retry policy is the one place transient errors are retried, so a model's SDK
+    must not retry on its own. Endpoint clients are built that way (`_endpoint_model`); a provider
+    model's client is not, and gets the setting. Only when needed: pydantic-ai applies it by copying
+    the client for every request, and each copy looks its platform up again on a thread."""
+    client = getattr(model, "client", None)
+    if getattr(client, "max_retries", None) == 0:
+        return {}
+    return NO_SDK_RETRIES
+
+
 class WireRecorder(WrapperModel):
     """Records each request exactly as the model receives it: after every capability's rewrite,
     including the compactor's, which the stored history never shows (H10 `wire`)."""

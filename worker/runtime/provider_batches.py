@@ -49,7 +49,7 @@ from worker.settings import Settings
 from worker.store.provider_batches import PendingRound, ProviderBatchStore
 
 from .agents import BuiltAgent
-from .llms import NO_SDK_RETRIES, WireRecorder
+from .llms import WireRecorder, sdk_retry_settings
 from .turns import summarize_turn
 
 TICKET = "batch"  # where pydantic-ai keeps a batch request's ticket in `provider_details` (F21)
@@ -260,7 +260,7 @@ async def run_batched_turn(
             deps=deps,
             conversation_id=conversation_id,
             model=_Queueing(model, wire),  # the capability wraps it: batch_encode records each request
-            model_settings=NO_SDK_RETRIES,
+            model_settings=sdk_retry_settings(model),
             usage_limits=UsageLimits(request_limit=max(1, request_limit - _completed_steps(history, len(messages)))),
             capabilities=[batching.capability],
             output_type=[*output_type, PendingModelResponse] if isinstance(output_type, list)

@@ -35,7 +35,7 @@ from worker.redaction import scrub
 from worker.store.provider_batches import RoundSuperseded
 
 from .agents import AgentCache, BuiltAgent
-from .llms import NO_SDK_RETRIES, ModelCache, WireRecorder
+from .llms import ModelCache, WireRecorder, sdk_retry_settings
 from .provider_batches import ProviderBatching, RunSuspended, batch_report, run_batched_turn
 from .turns import summarize_turn
 
@@ -121,7 +121,7 @@ async def run_turn(
         deps=deps,
         conversation_id=conversation_id,
         model=WireRecorder(model, wire),
-        model_settings=NO_SDK_RETRIES,
+        model_settings=sdk_retry_settings(model),
         usage_limits=UsageLimits(request_limit=request_limit),
     )
     usage = result.usage
