@@ -376,6 +376,22 @@ async def test_expand_context_shows_no_chunk_twice(kb):
     assert await ordinals(kb, expanded[1].chunk_ids) == [0, 1]
 
 
+async def test_expand_context_keeps_each_hit_among_its_own_documents_neighbours(kb):
+    """The windows of hits in several documents are fetched together, never mixed."""
+    shifts = (await section(kb, GUIDE, "Shifts"))[0]
+    reflector = (await section(kb, HANDBOOK, "Reflector"))[0]
+
+    expanded = await kb.expand_context([shifts, reflector])
+
+    assert [r.chunk_id for r in expanded] == [shifts.chunk_id, reflector.chunk_id]
+    assert {r.document_id for r in expanded} == {shifts.document_id, reflector.document_id}
+    for result, hit in zip(expanded, (shifts, reflector), strict=True):
+        window = [await kb.get_chunk(cid) for cid in result.chunk_ids]
+        assert {c.document_id for c in window} == {hit.document_id}
+        assert hit.chunk_id in result.chunk_ids and len(result.chunk_ids) == 3
+    assert await ordinals(kb, expanded[1].chunk_ids) == [2, 3, 4]
+
+
 # --- reading -------------------------------------------------------------------------------------
 
 
