@@ -6,7 +6,7 @@ capabilities a host registered, without being configured with them or holding re
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -53,13 +53,35 @@ def detached(model: M) -> M:
     return type(model).model_validate(model.model_dump())
 
 
+class _CitationsSnapshot(Mapping[str, Citation]):
+    """E17. A capability's citation index as it stood at discovery, each citation detached when
+    first read. The index only grows and an entry is never changed once registered (E11,
+    `register_citations`), so a copy taken on reading equals one taken at discovery; the policy,
+    which reads no citation, copies none, and the compactor copies only the ones its capsule shows."""
+
+    def __init__(self, index: Mapping[str, Citation]) -> None:
+        self._index = dict(index)
+        self._detached: dict[str, Citation] = {}
+
+    def __getitem__(self, chunk_id: str) -> Citation:
+        if chunk_id not in self._detached:
+            self._detached[chunk_id] = detached(self._index[chunk_id])
+        return self._detached[chunk_id]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._index)
+
+    def __len__(self) -> int:
+        return len(self._index)
+
+
 def discover_evidence(ctx: RunContext[Any]) -> list[DiscoveredEvidence]:
     """E17. Views of the run's evidence capabilities, sorted by namespace. Writes nothing."""
     return [
         DiscoveredEvidence(
             capability=cap.namespace,
             record=detached(cap.evidence_record()),
-            citations={k: detached(v) for k, v in cap.citation_index().items()},
+            citations=_CitationsSnapshot(cap.citation_index()),
             tool_names=cap.evidence_tool_names(),
             cite_tool=cap.cite_tool_name,
             cite_available=cap.cite_available,

@@ -551,6 +551,27 @@ async def test_E17_views_are_copies_and_the_owner_is_the_run_instance(corpus, de
     assert corpus.calls == [("get_picture_bytes", ("d-1", "#/pictures/0"))]
 
 
+async def test_E17_a_views_citations_are_the_index_at_discovery_and_copies_when_read(corpus, deps):
+    views: list[DiscoveredEvidence] = []
+    titles: list[str | None] = []
+
+    @dataclass
+    class Watcher(AbstractCapability[Any]):
+        async def after_model_request(self, ctx: RunContext[Any], *, request_context: Any,
+                                      response: ModelResponse) -> ModelResponse:
+            [view] = discover_evidence(ctx)
+            views.append(view)
+            if "c-1" in view.citations:
+                view.citations["c-1"].document_title = "changed by a reader"
+                titles.append(discover_evidence(ctx)[0].citations["c-1"].document_title)
+            return response
+
+    model = ScriptedModel([respond(ps("masks")), respond(pc("c-1")), respond("a")])
+    await Agent(model, capabilities=[create_passages(corpus, SIGNER), Watcher()], deps_type=Deps).run("q", deps=deps)
+    assert [sorted(view.citations) for view in views] == [[], [], ["c-1"]]
+    assert titles and titles[0] != "changed by a reader"
+
+
 # --- E18/E19 -----------------------------------------------------------------------------------
 
 
