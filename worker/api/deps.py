@@ -26,7 +26,11 @@ class Caller:
     tenant: str
 
 
-def producer(request: Request) -> Producer:
+# The dependencies that only read the request are `async def`: FastAPI runs a plain `def` dependency
+# on a worker thread, and a thread hop for each of them cost more than what they do.
+
+
+async def producer(request: Request) -> Producer:
     return request.app.state.producer
 
 
@@ -41,7 +45,7 @@ def caller_for(tokens: dict[str, str], presented: str) -> Caller | None:
     return None
 
 
-def current_caller(
+async def current_caller(
     request: Request, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]
 ) -> Caller:
     caller = caller_for(request.app.state.settings.api_tokens, credentials.credentials) if credentials else None
@@ -64,7 +68,7 @@ def owned_batch(batch_id: str, producer: ProducerDep, caller: CallerDep) -> Batc
 OwnedBatch = Annotated[Batch, Depends(owned_batch)]
 
 
-def openai_batches(request: Request) -> OpenAIBatches:
+async def openai_batches(request: Request) -> OpenAIBatches:
     return request.app.state.openai_batches
 
 

@@ -344,17 +344,19 @@ class ResultsStore:
     # --- readers ----------------------------------------------------------------------------------
 
     def progress(self, batch_id: str) -> BatchProgress | None:
-        batch = self.load_batch(batch_id)
-        if batch is None:
-            return None
+        """One round trip (the batch and its counts together): it is what every status poll reads."""
         b = {"batch_id": batch_id}
         with self.redis.pipeline(transaction=False) as pipe:
+            pipe.get(self.key(BATCH_KEY, **b))
             for template in (BATCH_SUCCEEDED_KEY, BATCH_FAILED_KEY, BATCH_RUNNING_KEY, BATCH_CANCELLED_JOBS_KEY):
                 pipe.scard(self.key(template, **b))
             pipe.exists(self.key(BATCH_CANCEL_KEY, **b))
             pipe.exists(self.key(BATCH_FINISHED_KEY, **b))
             pipe.scard(self.key(BATCH_WAITING_KEY, **b))
-            succeeded, failed, running, cancelled, cancel, finished, waiting = pipe.execute()
+            data, succeeded, failed, running, cancelled, cancel, finished, waiting = pipe.execute()
+        if data is None:
+            return None
+        batch = self._batch(data)
         return BatchProgress(
             batch_id=batch.id, tenant=batch.tenant, total=batch.total, arm=batch.arm, created_at=batch.created_at,
             queued=max(0, batch.total - succeeded - failed - running - cancelled - waiting), running=running,
