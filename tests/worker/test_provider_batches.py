@@ -322,6 +322,28 @@ def test_H17h_a_batch_result_is_priced_at_batch_prices() -> None:
     assert cost_usd([ModelResponse(parts=[], usage=usage, model_name="no-such-model", provider_name="nowhere")]) is None
 
 
+def test_H17h_a_model_without_a_price_is_looked_up_once_per_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pydantic_ai.usage import RequestUsage
+
+    from worker.runtime.provider_batches import cost_usd
+
+    lookups: list[str | None] = []
+    real_cost = ModelResponse.cost
+
+    def counted(response: ModelResponse) -> Any:
+        lookups.append(response.model_name)
+        return real_cost(response)
+
+    monkeypatch.setattr(ModelResponse, "cost", counted)
+    usage = RequestUsage(input_tokens=10, output_tokens=5)
+    local = ModelResponse(parts=[], usage=usage, model_name="local-model-h17h", provider_name="openai",
+                          provider_url="http://127.0.0.1:9/v1")
+    priced = ModelResponse(parts=[], usage=usage, model_name="gpt-4.1", provider_name="openai")
+    assert [cost_usd([local]), cost_usd([local, local])] == [None, None]
+    assert cost_usd([priced]) is not None and cost_usd([priced]) is not None
+    assert lookups == ["local-model-h17h", "gpt-4.1", "gpt-4.1"]
+
+
 def test_H17i_a_conversation_in_batch_mode_commits_each_turn(batch_cluster) -> None:
     cluster = batch_cluster()
     cluster.start()

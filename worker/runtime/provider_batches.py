@@ -175,6 +175,12 @@ def usage_of(messages: Iterable[ModelMessage]) -> Usage:
                  output_tokens=sum(m.usage.output_tokens for m in responses))
 
 
+_UNPRICED: set[tuple[str | None, str | None, str | None]] = set()
+"""(provider, model, provider url) that genai-prices has no price for. Its prices are a snapshot
+loaded once per process, so an unknown model stays unknown; a local server's model is asked about
+with every job, and each failed lookup cost about 30 µs a response."""
+
+
 def cost_usd(messages: Iterable[ModelMessage]) -> float | None:
     """What the responses cost by genai-prices, at batch prices for batch results (pydantic-ai marks
     them `processing: batch`); None when any response's model or provider has no known price."""
@@ -182,9 +188,15 @@ def cost_usd(messages: Iterable[ModelMessage]) -> float | None:
     for message in messages:
         if not isinstance(message, ModelResponse) or message.state == "suspended":
             continue
+        model = (message.provider_name, message.model_name, message.provider_url)
+        if model in _UNPRICED:
+            return None
         try:
             total += float(message.cost().total_price)
-        except Exception:  # an unknown model, a local server, a response without usage
+        except LookupError:  # an unknown model or provider: a local server, a new model
+            _UNPRICED.add(model)
+            return None
+        except Exception:  # a response without usage
             return None
     return total
 
