@@ -93,6 +93,32 @@ def test_H14_a_channel_closed_after_its_connection_keeps_its_deliveries_for_the_
     assert [client.llen(redis_space.prefix + lane) for lane in queue_lanes()] == [0, 0]
 
 
+@pytest.mark.parametrize("settle", ["reject", "ack"])
+def test_H14_a_delivery_settled_after_its_connection_closed_is_left_to_the_lease_sweep(
+    app: Celery, redis_space: RedisSpace, settle: str
+) -> None:
+    """A task that found Redis down rejects its job (requeue.py), or a finished one acknowledges
+    it, after the outage closed the connection: kombu raised AttributeError there (fatal to a
+    worker). The delivery stays recorded under its lease, and the sweep returns it."""
+    client = redis.Redis.from_url(redis_space.url)
+    submit(app, "a")
+    with app.connection_for_read() as connection:
+        channel = connection.default_channel
+        taken = channel.basic_get(QUEUE, no_ack=False)
+        transport_client, channel.connection.client = channel.connection.client, None
+        if settle == "reject":
+            taken.reject(requeue=True)
+        else:
+            taken.ack()
+        assert taken.delivery_tag not in channel.qos._delivered or taken.delivery_tag in channel.qos._dirty
+        assert client.hexists(redis_space.prefix + UNACKED_KEY, taken.delivery_tag)
+        channel.connection.client = transport_client
+        delivered_ago(client, redis_space.prefix, taken.delivery_tag, 30)
+        channel.qos.restore_visible(num=None, interval=1)
+        again = channel.basic_get(QUEUE, no_ack=True)
+    assert again.headers["id"] == "a" and again.delivery_info["redelivered"]
+
+
 def test_H19_flower_reads_its_broker_as_redis_and_counts_both_lanes(app: Celery, redis_space: RedisSpace) -> None:
     flower = create_flower_app(Settings(redis_url=redis_space.url, key_prefix=redis_space.prefix))
     submit(app, "a", "b", "c")

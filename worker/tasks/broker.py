@@ -17,6 +17,7 @@ from typing import Any
 
 import structlog
 from kombu.transport import redis as kombu_redis
+from kombu.transport import virtual as kombu_virtual
 from kombu.utils.json import dumps
 
 from worker.store.keys import RETURNED_PRIORITY
@@ -27,18 +28,39 @@ log = structlog.get_logger()
 
 
 class ReturningQoS(kombu_redis.QoS):
-    def restore_unacked(self, client: Any = None) -> None:
-        """kombu returns a closing channel's deliveries through the channel's connection; when a
-        broker outage closed that connection first, it raised AttributeError, which Celery takes
-        for a fatal error (a worker exited in 1 of about 25 Redis-restart runs). Those deliveries
-        are still recorded in Redis, under leases that this worker renews while it runs them and
-        that bring them back if it dies (H14)."""
+    """A broker outage closes a channel's connection, and kombu then reaches Redis through that
+    connection to restore, acknowledge or reject the channel's deliveries: it raised AttributeError,
+    which Celery takes for a fatal error and exits (in about 1 of 25 Redis-restart runs, first when
+    the closing channel restored its deliveries, then when a task that had found Redis down rejected
+    its job, requeue.py). Such deliveries are still recorded in Redis under their leases, which bring
+    them back (H14); the re-run writes its result once (H10). So on a closed channel the three
+    only let go of the deliveries in memory, and the leases do the rest."""
+
+    def _connection_closed(self) -> bool:
         transport = self.channel.connection
-        if client is None and (transport is None or transport.client is None):
+        return transport is None or transport.client is None
+
+    def restore_unacked(self, client: Any = None) -> None:
+        if client is None and self._connection_closed():
             log.warning("unacked_restore_skipped", deliveries=len(self._delivered),
                         reason="the broker connection closed first; their leases return them")
             return
         super().restore_unacked(client)
+
+    def ack(self, delivery_tag: str) -> None:
+        if self._connection_closed():
+            log.warning("ack_skipped", reason="the broker connection closed first; the lease returns the job")
+            kombu_virtual.QoS.ack(self, delivery_tag)
+            return
+        super().ack(delivery_tag)
+
+    def reject(self, delivery_tag: str, requeue: bool = False) -> None:
+        if self._connection_closed():
+            log.warning("reject_skipped", requeue=requeue,
+                        reason="the broker connection closed first; the lease returns the job")
+            kombu_virtual.QoS.ack(self, delivery_tag)
+            return
+        super().reject(delivery_tag, requeue=requeue)
 
     def restore_visible(self, start: int = 0, num: int | None = 10, interval: int = 10) -> None:
         """kombu's sweep for expired leases, in the order they expired (kombu walks them newest
