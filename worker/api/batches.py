@@ -3,7 +3,6 @@ cancel it, delete it."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import TYPE_CHECKING, Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Query, Request, status
@@ -13,6 +12,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import FormData
 
 from .deps import CallerDep, OwnedBatch, ProducerDep
+from .streaming import in_chunks
 
 if TYPE_CHECKING:
     from worker.producer import Producer
@@ -127,11 +127,8 @@ def get_batch(batch: OwnedBatch, producer: ProducerDep) -> dict[str, Any]:
 def get_results(batch: OwnedBatch, producer: ProducerDep) -> StreamingResponse:
     """Finished jobs in submission order; while the batch runs, what has finished so far."""
 
-    def lines() -> Iterator[bytes]:
-        for raw in producer.store.iter_results_raw(batch.id):
-            yield raw + b"\n"
-
-    return StreamingResponse(lines(), media_type="application/x-ndjson")
+    lines = (raw + b"\n" for raw in producer.store.iter_results_raw(batch.id))
+    return StreamingResponse(in_chunks(lines), media_type="application/x-ndjson")
 
 
 @batches.get("/{batch_id}/events", responses=_NOT_FOUND)

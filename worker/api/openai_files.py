@@ -17,6 +17,7 @@ from starlette.datastructures import UploadFile
 from worker.interfaces.openai_format import OpenAIRequestError, file_object
 
 from .deps import CallerDep, OpenAIDep
+from .streaming import in_chunks
 
 PREFIX = "/openai/v1"
 _ERRORS: dict[int | str, dict[str, Any]] = {
@@ -50,4 +51,5 @@ def retrieve_file(file_id: str, service: OpenAIDep, caller: CallerDep) -> dict[s
 @files.get("/{file_id}/content", responses={**_ERRORS, 200: {"content": {"application/octet-stream": {}}}})
 def file_content(file_id: str, service: OpenAIDep, caller: CallerDep) -> StreamingResponse:
     """An upload as it was sent; a batch's output or error file rendered from its stored results."""
-    return StreamingResponse(service.file_content(caller.tenant, file_id), media_type="application/octet-stream")
+    return StreamingResponse(in_chunks(service.file_content(caller.tenant, file_id)),
+                             media_type="application/octet-stream")
