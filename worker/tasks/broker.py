@@ -47,20 +47,22 @@ class ReturningQoS(kombu_redis.QoS):
             return
         super().restore_unacked(client)
 
+    def _let_go(self, delivery_tag: str, event: str, **fields: Any) -> None:
+        """Forgets the delivery in memory only (kombu's in-memory ack), leaving Redis's record of it."""
+        log.warning(event, reason="the broker connection closed first; the lease returns the job", **fields)
+        kombu_virtual.QoS.ack(self, delivery_tag)
+
     def ack(self, delivery_tag: str) -> None:
         if self._connection_closed():
-            log.warning("ack_skipped", reason="the broker connection closed first; the lease returns the job")
-            kombu_virtual.QoS.ack(self, delivery_tag)
-            return
-        super().ack(delivery_tag)
+            self._let_go(delivery_tag, "ack_skipped")
+        else:
+            super().ack(delivery_tag)
 
     def reject(self, delivery_tag: str, requeue: bool = False) -> None:
         if self._connection_closed():
-            log.warning("reject_skipped", requeue=requeue,
-                        reason="the broker connection closed first; the lease returns the job")
-            kombu_virtual.QoS.ack(self, delivery_tag)
-            return
-        super().reject(delivery_tag, requeue=requeue)
+            self._let_go(delivery_tag, "reject_skipped", requeue=requeue)
+        else:
+            super().reject(delivery_tag, requeue=requeue)
 
     def restore_visible(self, start: int = 0, num: int | None = 10, interval: int = 10) -> None:
         """kombu's sweep for expired leases, in the order they expired (kombu walks them newest
