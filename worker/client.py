@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import httpx2
 
-from worker.polling import StillWaiting, poll_until
+LONG_POLL_S = 20.0  # how long the API holds one `wait` request (at most MAX_WAIT_S)
 
 
 class APIError(RuntimeError):
@@ -72,8 +73,15 @@ class GroundedClient:
     def batches(self) -> list[dict[str, Any]]:
         return self._check(self.http.get("/v1/batches")).json()
 
-    def status(self, batch_id: str) -> dict[str, Any]:
-        return self._check(self.http.get(f"/v1/batches/{batch_id}")).json()
+    def status(self, batch_id: str, *, wait_s: float = 0.0) -> dict[str, Any]:
+        """With `wait_s`, the API answers when the batch finishes or after that many seconds."""
+        if not wait_s:
+            return self._check(self.http.get(f"/v1/batches/{batch_id}")).json()
+        timeout = self.http.timeout
+        held = httpx2.Timeout(connect=timeout.connect, read=(timeout.read or 30.0) + wait_s, write=timeout.write,
+                              pool=timeout.pool)
+        return self._check(self.http.get(f"/v1/batches/{batch_id}", params={"wait_s": f"{wait_s:.3f}"},
+                                         timeout=held)).json()
 
     def results(self, batch_id: str) -> Iterator[dict[str, Any]]:
         with self.http.stream("GET", f"/v1/batches/{batch_id}/results") as response:
@@ -111,10 +119,15 @@ class GroundedClient:
         params = {"wire": "true"} if wire else {}
         return self._check(self.http.get(f"/v1/conversations/{conversation_id}", params=params)).json()
 
-    def wait(self, batch_id: str, *, timeout: float = 600.0, poll: float = 0.5) -> dict[str, Any]:
-        """Polls until the batch is completed or cancelled; raises TimeoutError otherwise."""
-        try:
-            return poll_until(lambda: self.status(batch_id), lambda p: p["state"] in ("completed", "cancelled"),
-                              timeout_s=timeout, interval_s=poll)
-        except StillWaiting as exc:
-            raise TimeoutError(f"batch {batch_id} is still {exc.last['state']} after {timeout:g} s") from None
+    def wait(self, batch_id: str, *, timeout: float = 600.0) -> dict[str, Any]:
+        """Until the batch is completed or cancelled; raises TimeoutError otherwise. Each request is
+        held by the API until the batch finishes (or LONG_POLL_S passes), so the end is seen as it
+        happens instead of at the next poll."""
+        deadline = time.monotonic() + timeout
+        while True:
+            remaining = deadline - time.monotonic()
+            status = self.status(batch_id, wait_s=max(0.001, min(LONG_POLL_S, remaining)))
+            if status["state"] in ("completed", "cancelled"):
+                return status
+            if remaining <= 0:
+                raise TimeoutError(f"batch {batch_id} is still {status['state']} after {timeout:g} s")

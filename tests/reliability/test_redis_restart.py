@@ -65,7 +65,7 @@ def test_redis_killed_and_restarted_mid_batch_loses_nothing_and_everyone_reconne
             time.sleep(0.2)
         second = client.submit(lines(4, "after"), config)
         try:
-            finals = [client.wait(batch["id"], timeout=120, poll=0.3) for batch in (first, second)]
+            finals = [client.wait(batch["id"], timeout=120) for batch in (first, second)]
         except TimeoutError as exc:
             logs = "\n".join(f"{w.name}:\n{w.output()[-4000:]}" for w in workers)
             raise AssertionError(f"{exc}\n{whereabouts(space, first['id'])}\n"

@@ -80,16 +80,13 @@ class Cluster:
         return self.producer.submit(report, tenant=tenant, arm=arm).id
 
     def wait(self, batch_id: str, timeout: float = 60.0) -> BatchProgress:
-        deadline = time.monotonic() + timeout
-        while True:
-            progress = self.store.progress(batch_id)
-            assert progress is not None
-            if progress.finished:
-                return progress
-            if time.monotonic() > deadline:
-                log = self.worker.output()[-4000:] if self.worker else ""
-                raise AssertionError(f"batch {batch_id} not finished: {progress}\n{log}")
-            time.sleep(0.1)
+        finished = self.store.wait_finished(batch_id, timeout)
+        progress = self.store.progress(batch_id)
+        assert progress is not None
+        if not finished:
+            log = self.worker.output()[-4000:] if self.worker else ""
+            raise AssertionError(f"batch {batch_id} not finished: {progress}\n{log}")
+        return progress
 
 
 @pytest.fixture(scope="session")

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import json
 import re
+import threading
+import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx2
@@ -16,7 +19,9 @@ from tests.worker.conftest import (
     Cluster,
     question_config,
 )
-from worker.client import BatchRejected, GroundedClient, NotFound
+from worker.client import APIError, BatchRejected, GroundedClient, NotFound
+from worker.jobs.lines import parse_batch
+from worker.jobs.models import JobResult
 from worker.store.keys import QUEUE
 from worker.store.results import STREAM_ID_PART_MAX, event_id_after
 
@@ -181,3 +186,27 @@ def test_event_id_after_is_the_next_id_redis_accepts() -> None:
     assert event_id_after(f"{STREAM_ID_PART_MAX}-{STREAM_ID_PART_MAX}") is None
     with pytest.raises(ValueError, match="out of range"):
         event_id_after(f"{STREAM_ID_PART_MAX + 1}-0")
+
+
+def test_status_with_wait_s_is_held_until_the_batch_finishes(acme: GroundedClient, cluster: Cluster) -> None:
+    """A long poll: `wait` sees the end as it happens, not at its next poll."""
+    batch, jobs = cluster.store.create_batch(parse_batch([{"custom_id": "held", "question": "q?"}], {"agent": {"model": "extractive"}}),
+                                             tenant="acme")  # stored, never enqueued: it finishes when we say
+    start = time.monotonic()
+    assert acme.status(batch.id, wait_s=0.3)["state"] == "queued"
+    assert 0.3 <= time.monotonic() - start < 2
+
+    def finish() -> None:
+        time.sleep(0.3)
+        now = datetime.now(UTC)
+        cluster.store.write_result(JobResult(job_id=jobs[0].id, batch_id=batch.id, custom_id="held", kind="question", status="succeeded",
+                                             model="extractive", started_at=now, finished_at=now), total=1)
+
+    finisher = threading.Thread(target=finish)
+    start = time.monotonic()
+    finisher.start()
+    assert acme.wait(batch.id, timeout=20)["state"] == "completed"
+    finisher.join()
+    assert time.monotonic() - start < 2
+    with pytest.raises(APIError, match="422"):
+        acme.status(batch.id, wait_s=61)

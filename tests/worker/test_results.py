@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from datetime import UTC, datetime
+
+import redis
 
 from tests.conftest import RedisSpace
 from worker.jobs.lines import parse_batch
 from worker.jobs.models import JobResult
+from worker.store import results
 from worker.store.keys import RESULT_KEY
 from worker.store.results import ResultsStore
 
@@ -103,3 +108,41 @@ def test_H10_the_write_that_counts_a_job_adds_its_metrics_once(redis_space: Redi
     assert store.mark_cancelled(other, total=batch.total, metrics={"jobs:cancelled:question": 1}) is True
     stored = {k.decode(): float(v) for k, v in store.redis.hgetall(store.key(METRICS_KEY)).items()}
     assert stored == {"jobs:succeeded:question": 1.0, "job:sum": 0.25, "jobs:cancelled:question": 1.0}
+
+
+def test_wait_finished_wakes_when_the_last_job_finishes_and_not_before(redis_space: RedisSpace) -> None:
+    store = redis_space.store()
+    batch, (first, second) = stored_batch(store)
+    assert store.wait_finished(batch.id, 0.05) is False  # nothing finished: waits out its time
+
+    def finish() -> None:
+        time.sleep(0.1)
+        store.write_result(result_for(first), total=batch.total)  # an event that is not the end
+        time.sleep(0.2)
+        store.write_result(result_for(second), total=batch.total)
+
+    finisher = threading.Thread(target=finish)
+    start = time.monotonic()
+    finisher.start()
+    assert store.wait_finished(batch.id, 10) is True
+    waited = time.monotonic() - start
+    finisher.join()
+    assert 0.3 <= waited < 2, waited
+    assert store.wait_finished(batch.id, 10) is True  # already finished: at once
+
+
+def test_wait_finished_on_a_deleted_or_unknown_batch_waits_out_its_time(redis_space: RedisSpace) -> None:
+    start = time.monotonic()
+    assert redis_space.store().wait_finished("no-such-batch", 0.1) is False
+    assert 0.1 <= time.monotonic() - start < 1
+
+
+def test_wait_finished_outlasts_the_clients_socket_timeout(redis_space: RedisSpace, monkeypatch) -> None:
+    """redis-py times a blocked read out like any other (5 s by default), so a long wait blocks in
+    shorter reads; here a 0.5 s socket timeout against a 1.2 s wait."""
+    monkeypatch.setattr(results, "WAIT_BLOCK_S", 0.2)
+    store = ResultsStore(redis.Redis.from_url(redis_space.url, socket_timeout=0.5), prefix=redis_space.prefix)
+    batch, _ = stored_batch(store)
+    start = time.monotonic()
+    assert store.wait_finished(batch.id, 1.2) is False
+    assert time.monotonic() - start >= 1.2

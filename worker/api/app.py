@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator
 
+import anyio
 from fastapi import Depends, FastAPI
 from fastapi_offline import FastAPIOffline
 
@@ -44,6 +45,7 @@ def create_api(settings: Settings | None = None, *, producer: Producer | None = 
     api.state.settings = settings
     api.state.producer = producer
     api.state.openai_batches = OpenAIBatches(producer)
+    api.state.batch_waiters = anyio.CapacityLimiter(batches.MAX_WAITERS)
     install_guards(api, max_request_bytes=settings.max_request_bytes)
     api.add_exception_handler(OpenAIRequestError, openai_batches.openai_error)
     api.include_router(health.health)

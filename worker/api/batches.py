@@ -3,8 +3,10 @@ cancel it, delete it."""
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, Annotated, Any
 
+import anyio.to_thread
 from fastapi import APIRouter, HTTPException, Query, Request, status
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, Field
@@ -15,9 +17,13 @@ from .deps import CallerDep, OwnedBatch, ProducerDep
 from .streaming import in_chunks
 
 if TYPE_CHECKING:
+    from worker.jobs.models import Batch
     from worker.producer import Producer
 
 _NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"description": "no such batch for this token's tenant"}}
+MAX_WAIT_S = 60.0  # one long poll; a client that waits longer asks again
+MAX_WAITERS = 100  # long polls blocked at once, each on a thread and a Redis connection; more queue for a thread
+
 
 class BatchSubmission(BaseModel):
     """JSON form of a submission; the same fields travel as multipart form parts with a JSONL `file`."""
@@ -112,12 +118,26 @@ def list_batches(
     return out
 
 
-@batches.get("/{batch_id}", responses=_NOT_FOUND)
-def get_batch(batch: OwnedBatch, producer: ProducerDep) -> dict[str, Any]:
+def _batch_view(batch: Batch, producer: Producer) -> dict[str, Any]:
     progress = producer.store.progress(batch.id)
     assert progress is not None
     return {**progress.as_dict(), "model": batch.config.model, "config": batch.config.model_dump(mode="json"),
             "expires_at": batch.expires_at.isoformat() if batch.expires_at else None}
+
+
+@batches.get("/{batch_id}", responses=_NOT_FOUND)
+async def get_batch(
+    request: Request, batch: OwnedBatch, producer: ProducerDep,
+    wait_s: Annotated[float, Query(ge=0, le=MAX_WAIT_S, description="hold the reply until the batch has finished "
+                                   "or this many seconds have passed (long polling; `state` says which)")] = 0,
+) -> dict[str, Any]:
+    """A waiting request holds a thread of its own pool (`MAX_WAITERS`), so waiters never take the
+    threads every other route runs on."""
+    if wait_s:
+        deadline = time.monotonic() + wait_s
+        await anyio.to_thread.run_sync(lambda: producer.store.wait_finished(batch.id, deadline - time.monotonic()),
+                                       limiter=request.app.state.batch_waiters)
+    return await run_in_threadpool(_batch_view, batch, producer)
 
 
 @batches.get(

@@ -31,7 +31,6 @@ if TYPE_CHECKING:
     from worker.store.results import ResultsStore
 
 cli = typer.Typer(name="grounded", help=__doc__, no_args_is_help=True, add_completion=False)
-ANSWER_POLL_S = 0.3
 """How often `ask --wait` looks for the answer: one key read, short beside any model's answer."""
 console = Console()
 err = Console(stderr=True)
@@ -219,17 +218,12 @@ def ask(
     console.print(line("job ", (job.id, "bold"), " queued on conversation ", (conversation, "bold")), soft_wrap=True)
     if not wait:
         return
-    from worker.polling import StillWaiting, poll_until
-
     from .views import CITATION_STYLES, cited_label
 
-    try:
-        result = poll_until(lambda: producer.store.load_result(job.id), lambda r: r is not None, timeout_s=timeout,
-                            interval_s=ANSWER_POLL_S)
-    except StillWaiting:
+    result = producer.store.wait_result(job.id, job.batch_id, timeout)
+    if result is None:
         err.print(f"[yellow]no answer after {timeout:g} s; `grounded results {job.batch_id}` shows it later[/]")
         raise typer.Exit(3) from None
-    assert result is not None  # what `done` waited for
     if result.status == "failed" or not result.turns:
         _fail(f"failed: {result.error.type}: {result.error.message}" if result.error else "failed: no answer")
     turn = result.turns[-1]

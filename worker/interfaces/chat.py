@@ -8,11 +8,8 @@ added. A resumed conversation keeps the composition it started with (H3), compac
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from worker.jobs.composition import COMPACTOR
 from worker.jobs.models import Job, JobConfig, JobResult
-from worker.polling import StillWaiting, poll_until
 from worker.producer import NotFound, Producer
 from worker.store.conversations import ConversationMeta, StoredTurn
 
@@ -63,12 +60,7 @@ class ChatSession:
         self.conversation_id = job.conversation_id
         return job
 
-    def wait(self, job: Job, *, timeout_s: float, interval_s: float = 0.2,
-             on_each: Callable[[JobResult | None], None] = lambda _: None) -> JobResult | None:
-        """The job's result, or None if it is still running after `timeout_s` (its answer still
-        lands in the conversation)."""
-        try:
-            return poll_until(lambda: self.producer.store.load_result(job.id), lambda r: r is not None,
-                              timeout_s=timeout_s, interval_s=interval_s, on_each=on_each)
-        except StillWaiting:
-            return None
+    def wait(self, job: Job, *, timeout_s: float) -> JobResult | None:
+        """The job's result as soon as it is written, or None if it is still running after
+        `timeout_s` (its answer still lands in the conversation)."""
+        return self.producer.store.wait_result(job.id, job.batch_id, timeout_s)

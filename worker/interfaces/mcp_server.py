@@ -37,7 +37,7 @@ TenantOf = Callable[[Context], str]
 P = ParamSpec("P")
 T = TypeVar("T")
 
-ASK_POLL_S = 0.25
+MAX_ASK_WAITERS = 100
 MAX_ASK_WAIT_S = 600.0
 MAX_RESULTS_PAGE = 100
 INSTRUCTIONS = (
@@ -62,10 +62,16 @@ def rejected(report: BatchReport, *, single: bool = False) -> MCPError:
 
 
 async def blocking(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
-    """Redis and SQLite calls are blocking, so they run in a thread; a store that is down is an MCP
-    error with the API's 503 message, not a crash the client cannot read."""
+    """Redis and SQLite calls are blocking, so they run in a thread."""
+    return await in_thread(functools.partial(fn, *args, **kwargs))
+
+
+async def in_thread(call: Callable[[], T], limiter: anyio.CapacityLimiter | None = None) -> T:
+    """`call` on a thread (of `limiter`'s pool for one that may block for long, so it never takes
+    the threads every other call shares); a store that is down is an MCP error with the API's 503
+    message, not a crash the client cannot read."""
     try:
-        return await anyio.to_thread.run_sync(functools.partial(fn, *args, **kwargs))
+        return await anyio.to_thread.run_sync(call, limiter=limiter)
     except REDIS_UNAVAILABLE as exc:
         raise refused(503, unavailable(exc)) from None
     except NotFound as exc:
@@ -81,17 +87,11 @@ def served(producer: Producer, name: str | None) -> tuple[str, JobConfig]:
         raise refused(503, str(exc)) from None
 
 
-async def wait_for_result(producer: Producer, job_id: str, timeout_s: float) -> JobResult | None:
-    deadline = anyio.current_time() + timeout_s
-    while (result := await blocking(producer.store.load_result, job_id)) is None:
-        if anyio.current_time() >= deadline:
-            return None
-        await anyio.sleep(ASK_POLL_S)
-    return result
 
 
 def create_mcp_server(producer: Producer, tenant_of: TenantOf) -> MCPServer:
     server: MCPServer = MCPServer("grounded", instructions=INSTRUCTIONS, version="0.1.0", log_level="WARNING")
+    waiters = anyio.CapacityLimiter(MAX_ASK_WAITERS)  # `ask`s waiting for their answer, each on a thread
     searcher = CorpusSearch.from_settings(producer.settings)
 
     def submit(tenant: str, lines: list[Any], config: JobConfig, *, single: bool = False) -> str:
@@ -115,7 +115,7 @@ def create_mcp_server(producer: Producer, tenant_of: TenantOf) -> MCPServer:
         line = {"custom_id": "mcp-ask", "question": question}
         batch_id = await blocking(submit, tenant, [line], job_config, single=True)
         [job_id] = await blocking(producer.store.job_ids, batch_id)
-        result = await wait_for_result(producer, job_id, timeout_s)
+        result = await in_thread(functools.partial(producer.store.wait_result, job_id, batch_id, timeout_s), waiters)
         base = {"batch_id": batch_id, "job_id": job_id, "config": name}
         if result is None:
             return {**base, "status": "running",

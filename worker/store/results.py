@@ -7,6 +7,7 @@ however often Celery delivers it (acks_late redelivers after a worker dies).
 
 from __future__ import annotations
 
+import time
 import uuid
 import zlib
 from collections.abc import Iterator, Mapping
@@ -45,6 +46,7 @@ from .retention import batch_expiry, live_members
 from .scripts import eval_script
 
 EVENTS_MAXLEN = 100_000
+WAIT_BLOCK_S = 1.0  # one blocked read of `wait_finished`
 BATCH_FINISH_KEYS = 9  # the finishing script's keys that belong to the batch; the 10th is the metrics hash
 _COMPRESSED = b"z:"
 # a stream holds only strings; these event fields are numbers to whoever reads them (the API's JSON)
@@ -370,6 +372,40 @@ class ResultsStore:
         if progress is None:
             raise BatchNotFound(batch_id)
         return progress
+
+    def wait_finished(self, batch_id: str, timeout_s: float) -> bool:
+        """Blocks until the batch has finished (True) or `timeout_s` has passed (False), reading its
+        event stream instead of asking again, so a waiter learns of the end one round trip after it
+        and costs nothing while it waits. The finish flag and `batch_finished` are written by one
+        script, and the flag and the stream's last id are read in one transaction here, so an end
+        between the check and the wait is never missed. A deleted batch waits out the timeout."""
+        events = self.key(BATCH_EVENTS_KEY, batch_id=batch_id)
+        with self.redis.pipeline(transaction=True) as pipe:
+            pipe.exists(self.key(BATCH_FINISHED_KEY, batch_id=batch_id))
+            pipe.xrevrange(events, count=1)
+            finished, last = pipe.execute()
+        if finished:
+            return True
+        after: bytes = last[0][0] if last else b"0-0"
+        deadline = time.monotonic() + timeout_s
+        while (remaining := deadline - time.monotonic()) > 0:
+            # at least a millisecond (0 would block forever), and less than the client's socket
+            # timeout (5 s in redis-py), which a blocked read does not extend
+            block_ms = max(1, round(min(remaining, WAIT_BLOCK_S) * 1000))
+            read: list[tuple[bytes, list[tuple[bytes, dict[bytes, bytes]]]]] = self.redis.xread(
+                {events: after}, count=1000, block=block_ms)  # type: ignore[assignment]
+            for _, entries in read:
+                for entry_id, fields in entries:
+                    if fields.get(b"event") == b"batch_finished":
+                        return True
+                    after = entry_id
+        return False
+
+    def wait_result(self, job_id: str, batch_id: str, timeout_s: float) -> JobResult | None:
+        """The result of a job alone in its batch (a chat turn, an `ask`) once it is written, or None
+        after `timeout_s`: such a batch finishes with its job, so this waits on the batch's events."""
+        self.wait_finished(batch_id, timeout_s)
+        return self.load_result(job_id)
 
     def finished_at(self, batch_id: str) -> datetime | None:
         """When the batch's last job finished (set once, by the job that finished it)."""
