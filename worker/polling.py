@@ -25,9 +25,11 @@ def poll_until(
     timeout_s: float,
     interval_s: float = 0.5,
     on_each: Callable[[T], None] = lambda _: None,
+    pause: Callable[[float], object] = time.sleep,
 ) -> T:
     """`fetch()` until `done` says so; raises StillWaiting after `timeout_s`. Whatever `fetch`
-    raises (a batch that does not exist) propagates at once."""
+    raises (a batch that does not exist) propagates at once. `pause` waits between asks; one that
+    returns early when the awaited thing happens (`ResultsStore.wait_finished`) ends the wait then."""
     deadline = time.monotonic() + timeout_s
     while True:
         value = fetch()
@@ -36,4 +38,4 @@ def poll_until(
             return value
         if time.monotonic() > deadline:
             raise StillWaiting(value, timeout_s)
-        time.sleep(interval_s)
+        pause(interval_s)

@@ -146,3 +146,17 @@ def test_wait_finished_outlasts_the_clients_socket_timeout(redis_space: RedisSpa
     start = time.monotonic()
     assert store.wait_finished(batch.id, 1.2) is False
     assert time.monotonic() - start >= 1.2
+
+
+def test_a_followed_batch_is_seen_finished_as_it_finishes_not_at_the_next_redraw(redis_space: RedisSpace) -> None:
+    from rich.console import Console
+
+    from worker.cli.following import follow_batch
+
+    store = redis_space.store()
+    batch, jobs = stored_batch(store, n=1)
+    finisher = threading.Timer(0.2, lambda: store.write_result(result_for(jobs[0]), total=batch.total))
+    start = time.monotonic()
+    finisher.start()
+    progress = follow_batch(store, batch.id, Console(quiet=True), timeout=30, interval_s=10)
+    assert progress.finished and time.monotonic() - start < 2

@@ -11,7 +11,8 @@ from worker.store.results import BatchProgress, ResultsStore
 
 def follow_batch(store: ResultsStore, batch_id: str, console: Console, *, timeout: float,
                  interval_s: float = 0.3) -> BatchProgress:
-    """Returns the finished batch's progress; raises StillWaiting (a TimeoutError) after `timeout`."""
+    """Returns the finished batch's progress; raises StillWaiting (a TimeoutError) after `timeout`.
+    The bar is redrawn every `interval_s`, and the end is seen as it happens."""
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=console) as bar:
         task = bar.add_task("answering", total=None)
@@ -22,4 +23,4 @@ def follow_batch(store: ResultsStore, batch_id: str, console: Console, *, timeou
                        description=f"answering ({progress.running} running, {waiting}{progress.failed} failed)")
 
         return poll_until(lambda: store.progress_of(batch_id), lambda p: p.finished, timeout_s=timeout,
-                          interval_s=interval_s, on_each=show)
+                          interval_s=interval_s, on_each=show, pause=lambda s: store.wait_finished(batch_id, s))

@@ -31,7 +31,6 @@ if TYPE_CHECKING:
     from worker.store.results import ResultsStore
 
 cli = typer.Typer(name="grounded", help=__doc__, no_args_is_help=True, add_completion=False)
-"""How often `ask --wait` looks for the answer: one key read, short beside any model's answer."""
 console = Console()
 err = Console(stderr=True)
 register_corpus(cli)

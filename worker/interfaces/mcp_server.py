@@ -87,8 +87,6 @@ def served(producer: Producer, name: str | None) -> tuple[str, JobConfig]:
         raise refused(503, str(exc)) from None
 
 
-
-
 def create_mcp_server(producer: Producer, tenant_of: TenantOf) -> MCPServer:
     server: MCPServer = MCPServer("grounded", instructions=INSTRUCTIONS, version="0.1.0", log_level="WARNING")
     waiters = anyio.CapacityLimiter(MAX_ASK_WAITERS)  # `ask`s waiting for their answer, each on a thread
