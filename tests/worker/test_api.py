@@ -210,3 +210,13 @@ def test_status_with_wait_s_is_held_until_the_batch_finishes(acme: GroundedClien
     assert time.monotonic() - start < 2
     with pytest.raises(APIError, match="422"):
         acme.status(batch.id, wait_s=61)
+
+
+def test_a_batch_deleted_during_a_long_poll_is_a_404_when_the_wait_ends(acme: GroundedClient, cluster: Cluster) -> None:
+    batch, _ = cluster.store.create_batch(parse_batch([{"custom_id": "gone", "question": "q?"}],
+                                                     {"agent": {"model": "extractive"}}), tenant="acme")
+    deleter = threading.Timer(0.1, lambda: acme.delete(batch.id))
+    deleter.start()
+    with pytest.raises(NotFound):
+        acme.status(batch.id, wait_s=0.5)
+    deleter.join()

@@ -13,12 +13,13 @@ from pydantic import BaseModel, Field
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import FormData
 
+from worker.producer import NotFound, Producer
+
 from .deps import CallerDep, OwnedBatch, ProducerDep
 from .streaming import in_chunks
 
 if TYPE_CHECKING:
     from worker.jobs.models import Batch
-    from worker.producer import Producer
 
 _NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"description": "no such batch for this token's tenant"}}
 MAX_WAIT_S = 60.0  # one long poll; a client that waits longer asks again
@@ -120,7 +121,8 @@ def list_batches(
 
 def _batch_view(batch: Batch, producer: Producer) -> dict[str, Any]:
     progress = producer.store.progress(batch.id)
-    assert progress is not None
+    if progress is None:  # deleted (H16) or expired while a long poll waited
+        raise HTTPException(status.HTTP_404_NOT_FOUND, str(NotFound("batch", batch.id)))
     return {**progress.as_dict(), "model": batch.config.model, "config": batch.config.model_dump(mode="json"),
             "expires_at": batch.expires_at.isoformat() if batch.expires_at else None}
 
