@@ -68,7 +68,7 @@ from worker.runtime.conversations import run_conversation_job
 from worker.runtime.run import Runtime
 from worker.settings import Settings
 from worker.store.conversations import CompositionMismatch, ConcurrentUpdate, ConversationStore, StoredTurn, lock_ttl_s
-from worker.store.keys import BATCH_KEY, CONVERSATION_KEY, CONVERSATION_TURNS_KEY
+from worker.store.keys import BATCH_KEY, CONVERSATION_KEY, CONVERSATION_LOCK_KEY, CONVERSATION_TURNS_KEY
 
 READER_ENTRY = {READER: {"corpus": CORPUS}}
 
@@ -320,7 +320,12 @@ def test_H5_H14_the_lock_is_an_exclusive_lease_renewed_and_released_only_by_its_
     conversations.redis.delete(first.key)
     second = conversations.lock("conv-lock", ttl_s=lock_ttl_s(settings))
     assert second is not None and second.release() is True
-    assert conversations.lock("conv-lock", ttl_s=1) is not None
+    third = conversations.lock("conv-lock", ttl_s=1)
+    assert third is not None
+    with conversations.redis.pipeline(transaction=True) as pipe:  # as the job's result write lets go (H5)
+        third.release_in(pipe)
+        pipe.execute()
+    assert not conversations.redis.exists(third.key) and third.renew(30) is True  # nothing left to renew
 
 
 async def test_H11_a_library_host_carries_one_state_and_one_history() -> None:
@@ -378,6 +383,21 @@ def test_trust_boundary_batch_lines_carry_only_user_text() -> None:
 
 
 # --- integration: real workers, real Redis ------------------------------------------------------------
+
+
+def test_H5_the_lock_goes_with_the_result_write_so_a_turn_sent_on_seeing_the_end_starts_at_once(
+    cluster: Cluster, chat: ConversationalOpenAI
+) -> None:
+    """Seeing a batch finished (a long poll answers within a millisecond) and sending the next turn
+    must not find the conversation still locked: that turn would wait a retry's countdown (~2 s)."""
+    start = run_conversation(cluster, chat_config(chat, PASSAGES, POLICY), [QUESTIONS[0]], custom_id="h5-free")
+    lock_key = cluster.store.key(CONVERSATION_LOCK_KEY, conversation_id=start.conversation_id)
+    assert not cluster.store.redis.exists(lock_key)  # released in the transaction that finished the job
+    sent = time.monotonic()
+    follow = cluster.producer.follow_up(start.conversation_id, QUESTIONS[1], tenant="tests")
+    cluster.wait(follow.batch_id, timeout=30)
+    assert time.monotonic() - sent < 1.5  # no lock wait
+    assert not cluster.store.redis.exists(lock_key)
 
 
 def run_conversation(cluster: Cluster, config: dict, turns: list[str], custom_id: str = "conv"):

@@ -176,13 +176,26 @@ class ConversationLock:
     store: ConversationStore
     key: str
     token: str
+    released: bool = False
 
     def release(self) -> bool:
         """Compare-token delete: a lock that expired and was taken by another job stays theirs."""
+        self.released = True
         return bool(self.store._release(keys=[self.key], args=[self.token]))
 
+    def release_in(self, pipe: Any) -> None:
+        """The same delete, queued on a transaction: the job's result write lets go of the lock in
+        the transaction that finishes the job (H5), so a client that sees the job's batch finished
+        and sends the next turn at once finds the conversation free, not locked for a moment more
+        (which would put that turn back by a retry's countdown)."""
+        self.released = True
+        eval_script(pipe, _RELEASE, [self.key], [self.token])
+
     def renew(self, ttl_s: int) -> bool:
-        """Compare-token expiry: False once the lock expired and is someone else's (or no one's)."""
+        """Compare-token expiry: False once the lock expired and is someone else's (or no one's);
+        a lock its holder already let go of has nothing to renew."""
+        if self.released:
+            return True
         return bool(self.store._renew(keys=[self.key], args=[self.token, ttl_s * 1000]))
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 import uuid
 import zlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal, NamedTuple
@@ -304,11 +304,14 @@ class ResultsStore:
             self.retain(pipe, job.batch_id, self.key(BATCH_EVENTS_KEY, batch_id=job.batch_id))
             pipe.execute()
 
-    def write_result(self, result: JobResult, *, total: int, metrics: Mapping[str, float] | None = None) -> bool:
+    def write_result(self, result: JobResult, *, total: int, metrics: Mapping[str, float] | None = None,
+                     alongside: Callable[[Any], None] | None = None) -> bool:
         """Idempotent: returns True only for the write that first counted this job. `metrics`
-        (store/metrics.py's counters) are added by that same write, in the same script."""
+        (store/metrics.py's counters) are added by that same write, in the same script;
+        `alongside` queues more writes on the same transaction (a conversation job's lock release,
+        H5), so whoever sees the job finished sees them done."""
         new, _ = self._finish_job(result.batch_id, result.job_id, self._pack(result.model_dump_json()),
-                                  result.status, total, "job_finished", metrics=metrics)
+                                  result.status, total, "job_finished", metrics=metrics, alongside=alongside)
         return bool(new)
 
     def mark_cancelled(self, job: Job, *, total: int, metrics: Mapping[str, float] | None = None) -> bool:
@@ -317,7 +320,8 @@ class ResultsStore:
         return bool(new)
 
     def _finish_job(self, batch_id: str, job_id: str, blob: bytes, status: str, total: int, event: str,
-                    *, done_key: str = BATCH_DONE_KEY, metrics: Mapping[str, float] | None = None) -> tuple[int, int]:
+                    *, done_key: str = BATCH_DONE_KEY, metrics: Mapping[str, float] | None = None,
+                    alongside: Callable[[Any], None] | None = None) -> tuple[int, int]:
         b = {"batch_id": batch_id}
         keys = [
             self.key(RESULT_KEY, job_id=job_id),
@@ -336,7 +340,9 @@ class ResultsStore:
         with self.redis.pipeline(transaction=True) as pipe:
             eval_script(pipe, _FINISH, keys, [job_id, blob, status, total, EVENTS_MAXLEN, event, now, *counters])
             self.retain(pipe, batch_id, *keys[:BATCH_FINISH_KEYS])  # not the deployment's metrics hash
-            (new, finished), _ = pipe.execute()
+            if alongside is not None:
+                alongside(pipe)
+            (new, finished), *_ = pipe.execute()
         return int(new), int(finished)
 
     def _event(self, pipe: Any, batch_id: str, event: str, **fields: str) -> None:

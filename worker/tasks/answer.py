@@ -20,7 +20,7 @@ from worker.runtime.conversations import take_turn
 from worker.runtime.loop import RunHandedBack, RunTimedOut
 from worker.runtime.provider_batches import RunSuspended
 from worker.runtime.run import TransientModelError, failed_result
-from worker.store.conversations import ConversationStore
+from worker.store.conversations import ConversationLock, ConversationStore
 from worker.store.metrics import finished_counts
 from worker.store.provider_batches import RoundSuperseded
 
@@ -71,15 +71,16 @@ def answer_job(self: Task, job_id: str, lock_waits: int = 0, provider_waits: int
                 log.warning("job_delivery_stale", provider_waits=provider_waits)
                 return "superseded"
             with kept_alive(lock) if lock is not None else nullcontext():  # H14: a held lock lives with this worker
-                return _answer(self, worker, job, batch, lock_waits, provider_waits)
+                return _answer(self, worker, job, batch, lock_waits, provider_waits, lock)
         finally:
             if lock is not None:
                 lock.release()
 
 
-def _answer(task: Task, worker: ProcessWorker, job: Job, batch: Batch, lock_waits: int, provider_waits: int) -> str:
+def _answer(task: Task, worker: ProcessWorker, job: Job, batch: Batch, lock_waits: int, provider_waits: int,
+            lock: ConversationLock | None) -> str:
     """Waiting for a conversation's lock or on a provider batch (H17) is not a failed attempt, so it
-    spends no retries."""
+    spends no retries. A conversation job's lock goes with its result write (H5)."""
     retries = task.request.retries - lock_waits - provider_waits
     attempts, handed_back = worker.store.begin_attempt(job)
     bind_attempt(attempts)
@@ -113,7 +114,8 @@ def _answer(task: Task, worker: ProcessWorker, job: Job, batch: Batch, lock_wait
         result = failed_result(job, batch, exc, attempts=attempts, started_at=started_at, checkpoint=exc.committed)
     except (RunTimedOut, WorkerLost) as exc:
         result = failed_result(job, batch, exc, attempts=attempts, started_at=started_at)
-    worker.store.write_result(result, total=batch.total, metrics=finished_counts(result))  # counted once (H10)
+    worker.store.write_result(result, total=batch.total, metrics=finished_counts(result),  # counted once (H10)
+                              alongside=lock.release_in if lock is not None else None)
     discard_round(worker, job, batch)
     turn = result.turns[-1] if result.turns else None
     log.info(
