@@ -3,8 +3,9 @@
 Whole path: `GroundedClient.submit` over HTTP to the API (validate, store, enqueue) → Redis → a
 real worker process (threads pool) → agent run (extractive model, passages + policy, SQLite
 corpus) → results store → the client waits on the batch status (`GroundedClient.wait`: a long poll
-the API answers when the batch finishes) and reads the results back over HTTP. Bare: the same agent and model run in this process, and a Celery task that does
-nothing, sent and its result awaited, on the same Redis server. The three are interleaved.
+the API answers when the batch finishes) and reads the results back over HTTP. Bare: the same agent
+and model run in this process, and a Celery task that does nothing, sent and its result awaited, on
+the same Redis server. The three are interleaved.
 Goal (issue 16): whole path ≤ 1.2 × (agent + 2 × round trip).
 
 Run: `.venv/bin/python -m bench.queue`.

@@ -21,7 +21,7 @@ from tests.worker.conftest import (
 )
 from worker.client import APIError, BatchRejected, GroundedClient, NotFound
 from worker.jobs.lines import parse_batch
-from worker.jobs.models import JobResult
+from worker.jobs.models import Batch, Job, JobResult
 from worker.store.keys import QUEUE
 from worker.store.results import STREAM_ID_PART_MAX, event_id_after
 
@@ -188,10 +188,15 @@ def test_event_id_after_is_the_next_id_redis_accepts() -> None:
         event_id_after(f"{STREAM_ID_PART_MAX + 1}-0")
 
 
+def unqueued_batch(cluster: Cluster, custom_id: str) -> tuple[Batch, list[Job]]:
+    """A one-job batch stored but never enqueued: it finishes when the test writes its result."""
+    report = parse_batch([{"custom_id": custom_id, "question": "q?"}], {"agent": {"model": "extractive"}})
+    return cluster.store.create_batch(report, tenant="acme")
+
+
 def test_status_with_wait_s_is_held_until_the_batch_finishes(acme: GroundedClient, cluster: Cluster) -> None:
     """A long poll: `wait` sees the end as it happens, not at its next poll."""
-    batch, jobs = cluster.store.create_batch(parse_batch([{"custom_id": "held", "question": "q?"}], {"agent": {"model": "extractive"}}),
-                                             tenant="acme")  # stored, never enqueued: it finishes when we say
+    batch, [job] = unqueued_batch(cluster, "held")
     start = time.monotonic()
     assert acme.status(batch.id, wait_s=0.3)["state"] == "queued"
     assert 0.3 <= time.monotonic() - start < 2
@@ -199,8 +204,9 @@ def test_status_with_wait_s_is_held_until_the_batch_finishes(acme: GroundedClien
     def finish() -> None:
         time.sleep(0.3)
         now = datetime.now(UTC)
-        cluster.store.write_result(JobResult(job_id=jobs[0].id, batch_id=batch.id, custom_id="held", kind="question", status="succeeded",
-                                             model="extractive", started_at=now, finished_at=now), total=1)
+        result = JobResult(job_id=job.id, batch_id=batch.id, custom_id="held", kind="question", status="succeeded",
+                           model="extractive", started_at=now, finished_at=now)
+        cluster.store.write_result(result, total=1)
 
     finisher = threading.Thread(target=finish)
     start = time.monotonic()
@@ -213,8 +219,7 @@ def test_status_with_wait_s_is_held_until_the_batch_finishes(acme: GroundedClien
 
 
 def test_a_batch_deleted_during_a_long_poll_is_a_404_when_the_wait_ends(acme: GroundedClient, cluster: Cluster) -> None:
-    batch, _ = cluster.store.create_batch(parse_batch([{"custom_id": "gone", "question": "q?"}],
-                                                     {"agent": {"model": "extractive"}}), tenant="acme")
+    batch, _ = unqueued_batch(cluster, "gone")
     deleter = threading.Timer(0.1, lambda: acme.delete(batch.id))
     deleter.start()
     with pytest.raises(NotFound):

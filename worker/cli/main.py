@@ -222,7 +222,7 @@ def ask(
     result = producer.store.wait_result(job.id, job.batch_id, timeout)
     if result is None:
         err.print(f"[yellow]no answer after {timeout:g} s; `grounded results {job.batch_id}` shows it later[/]")
-        raise typer.Exit(3) from None
+        raise typer.Exit(3)
     if result.status == "failed" or not result.turns:
         _fail(f"failed: {result.error.type}: {result.error.message}" if result.error else "failed: no answer")
     turn = result.turns[-1]
